@@ -1,0 +1,67 @@
+"""Input validation shared by the public kernels.
+
+Checks run outside jit on concrete values and raise ``ValueError`` naming the argument and the first
+offending index and value. Under a trace (jit/vmap/grad) only shapes can be checked.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from jax.core import Tracer
+
+
+def is_traced(*xs) -> bool:
+    return any(isinstance(x, Tracer) for x in xs)
+
+
+def first_bad(mask: np.ndarray) -> tuple[int, ...] | None:
+    idx = np.argwhere(mask)
+    return tuple(int(i) for i in idx[0]) if idx.size else None
+
+
+def _fmt(index: tuple[int, ...]) -> str:
+    return "".join(f"[{i}]" for i in index)
+
+
+def check_shape(name: str, x, shape: tuple[int, ...]) -> None:
+    if tuple(np.shape(x)) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(np.shape(x))}")
+
+
+def check_values(name: str, x, *, positive: bool = False, nonnegative: bool = False,
+                 allow_inf: bool = True) -> None:
+    """Reject NaN, and (optionally) non-positive / negative / infinite entries of a concrete array."""
+    if is_traced(x):
+        return
+    a = np.asarray(x, dtype=np.float64)
+    for bad_mask, what in (
+        (np.isnan(a), "is NaN"),
+        ((a <= 0) if positive else np.zeros(a.shape, bool), "must be > 0"),
+        ((a < 0) if nonnegative else np.zeros(a.shape, bool), "must be >= 0"),
+        (np.isinf(a) if not allow_inf else np.zeros(a.shape, bool), "must be finite"),
+    ):
+        where = first_bad(bad_mask)
+        if where is not None:
+            raise ValueError(f"{name}{_fmt(where)} {what}, got {a[where]}")
+
+
+def check_routes(routes, num_links: int) -> None:
+    """routes: int[F, H], entries in [-1, num_links)."""
+    if np.ndim(routes) != 2:
+        raise ValueError(f"routes must be a 2-D int array [F, H], got shape {tuple(np.shape(routes))}")
+    if not np.issubdtype(np.asarray(routes).dtype if not is_traced(routes) else routes.dtype, np.integer):
+        raise ValueError(f"routes must have an integer dtype, got {routes.dtype}")
+    if np.shape(routes)[0] == 0:
+        raise ValueError("routes is empty: at least one flow is needed")
+    if is_traced(routes):
+        return
+    r = np.asarray(routes)
+    where = first_bad((r < -1) | (r >= num_links))
+    if where is not None:
+        raise ValueError(
+            f"routes{_fmt(where)} = {r[where]} names no link: valid link indices are 0..{num_links - 1}"
+            " (-1 pads)")
+    srt = np.sort(r, axis=1)
+    dup = first_bad((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0))
+    if dup is not None:
+        raise ValueError(f"routes[{dup[0]}] lists link {srt[dup[0], dup[1] + 1]} twice: a route crosses a link once")

@@ -1,0 +1,99 @@
+"""Slow float64 NumPy oracles and independent certificates for the JAX kernels.
+
+The oracle solves max-min the textbook way (raise one common level, freeze at each saturation, one
+event per step) and shares no code with the kernels. The certificate checks the *definition* of a
+weighted max-min allocation, whatever produced it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _links_of(routes: np.ndarray, num_links: int):
+    """(flow index, link index) pairs of the incidence, padding dropped."""
+    r = np.asarray(routes)
+    flow, hop = np.nonzero(r >= 0)
+    return flow, r[flow, hop]
+
+
+def maxmin_rates(routes, capacity, weights=None, rate_limit=None, *, rtol: float = 1e-12) -> np.ndarray:
+    """Weighted max-min rates by classic progressive filling in float64.
+
+    All unfrozen flows share one normalised level t (rate = weight * t). Each step raises t to the
+    next saturation (a link's residual capacity, or a flow's cap) and freezes what saturated. A link
+    counts as saturated when its residual is within ``rtol`` of its capacity.
+    """
+    routes = np.asarray(routes)
+    cap = np.asarray(capacity, dtype=np.float64)
+    F, L = routes.shape[0], cap.shape[0]
+    w = np.ones(F) if weights is None else np.asarray(weights, dtype=np.float64)
+    limit = np.full(F, np.inf) if rate_limit is None else np.asarray(rate_limit, dtype=np.float64)
+    flow, link = _links_of(routes, L)
+    cap_level = limit / w
+
+    rates = np.zeros(F)
+    active = np.ones(F, bool)
+    resid = cap.copy()
+    t = 0.0
+    while active.any():
+        on = active[flow]
+        wsum = np.bincount(link[on], weights=w[flow[on]], minlength=L)
+        loaded = wsum > 0
+        step_link = np.min(resid[loaded] / wsum[loaded], initial=np.inf)
+        step_cap = np.min(cap_level[active]) - t
+        step = max(min(step_link, step_cap), 0.0)
+        if not np.isfinite(step):
+            rates[active] = np.inf
+            break
+        t += step
+        resid[loaded] -= step * wsum[loaded]
+        saturated = loaded & (resid <= rtol * cap)
+        freeze = active & (cap_level <= t * (1 + rtol))
+        freeze[flow[saturated[link] & active[flow]]] = True
+        rates[freeze] = np.minimum(w[freeze] * t, limit[freeze])
+        active &= ~freeze
+    return rates
+
+
+def maxmin_violations(routes, capacity, rates, weights=None, rate_limit=None, *,
+                      rtol: float = 1e-9) -> list[str]:
+    """Why ``rates`` is not the weighted max-min allocation; an empty list when it is.
+
+    Certificate (to relative tolerance ``rtol``):
+      1. feasibility: 0 <= rate <= rate_limit, and every link's load <= its capacity;
+      2. optimality: every flow is at its rate_limit, or crosses a saturated link on which no flow has
+         a larger normalised rate (rate / weight).
+    """
+    routes = np.asarray(routes)
+    cap = np.asarray(capacity, dtype=np.float64)
+    x = np.asarray(rates, dtype=np.float64)
+    F, L = routes.shape[0], cap.shape[0]
+    w = np.ones(F) if weights is None else np.asarray(weights, dtype=np.float64)
+    limit = np.full(F, np.inf) if rate_limit is None else np.asarray(rate_limit, dtype=np.float64)
+    flow, link = _links_of(routes, L)
+    out = []
+
+    bad = np.flatnonzero(~np.isfinite(x) | (x < 0) | (x > limit * (1 + rtol)))
+    out += [f"flow {f}: rate {x[f]} outside [0, rate_limit={limit[f]}]" for f in bad[:10]]
+    load = np.bincount(link, weights=x[flow], minlength=L)
+    over = np.flatnonzero(load > cap * (1 + rtol))
+    out += [f"link {l}: load {load[l]} > capacity {cap[l]}" for l in over[:10]]
+
+    level = x / w
+    max_level = np.full(L, -np.inf)
+    np.maximum.at(max_level, link, level[flow])
+    saturated = load >= cap * (1 - rtol)
+    justified = saturated[link] & (level[flow] >= max_level[link] * (1 - rtol))
+    has_bottleneck = np.zeros(F, bool)
+    has_bottleneck[flow[justified]] = True
+    at_limit = x >= limit * (1 - rtol)
+    unjust = np.flatnonzero(~has_bottleneck & ~at_limit)
+    out += [f"flow {f}: rate {x[f]} is below its limit and has no bottleneck link" for f in unjust[:10]]
+    return out
+
+
+def link_loads(routes, rates, num_links: int) -> np.ndarray:
+    """float64[L]: sum of the rates of the flows crossing each link."""
+    flow, link = _links_of(routes, num_links)
+    return np.bincount(link, weights=np.asarray(rates, np.float64)[flow], minlength=num_links)
