@@ -142,7 +142,7 @@ def _solve_sparse(routes, members, capacity, weights, rate_limit, *, candidates:
     F, H = routes.shape
     L = capacity.shape[0]
     dtype = capacity.dtype
-    B = min(candidates, L + 1)
+    B = max(min(candidates, L + 1), 2)
     r = jnp.concatenate([jnp.where(routes < 0, L, routes), jnp.full((1, H), L, routes.dtype)])  # row F: dummy
     cap = jnp.concatenate([capacity, jnp.full((1,), jnp.inf, dtype)])
     w = jnp.concatenate([weights, jnp.zeros((1,), dtype)])
@@ -161,10 +161,14 @@ def _solve_sparse(routes, members, capacity, weights, rate_limit, *, candidates:
         return jnp.minimum(jnp.min(s[r[flows]], axis=-1), cap_level[flows])
 
     def body(state):
-        p, n_active, ptr, active, rates, W, frozen, pass_f, bneck, pass_l, share, wat = state
+        p, n_active, ptr, active, W, frozen, pass_f, bneck, pass_l, share, wat = state
         W_start = W
         s = _safe_div(jnp.maximum(cap - frozen, 0), W).at[L].set(jnp.inf)
-        _, cand = jax.lax.top_k(-s, B)
+        # top_k has a fast path for float32 only; rounding may reorder near-ties, so the exact
+        # minimum (always a local bottleneck, hence progress) is added explicitly.
+        _, near = jax.lax.top_k(-s.astype(jnp.float32), B - 1)
+        best = jnp.argmin(s).astype(near.dtype)
+        cand = jnp.append(jnp.where(near == best, L, near), best)
         fl = members[cand]  # [B, D]
         act = active[fl]
         cmin = jnp.min(jnp.where(act, flow_level(fl, s), jnp.inf), axis=1)
@@ -175,7 +179,6 @@ def _solve_sparse(routes, members, capacity, weights, rate_limit, *, candidates:
         sel = is_b[:, None] & act & (desig == cand[:, None])
         slot_rate = w[fl] * s[cand][:, None]
         freeze_f = jnp.where(sel, fl, F)
-        rates = rates.at[freeze_f].set(slot_rate)
         pass_f = pass_f.at[freeze_f].set(p)
         bneck = bneck.at[freeze_f].set(jnp.broadcast_to(cand[:, None], fl.shape))
         W = scatter_add(W, fl, -w[fl], sel)
@@ -186,7 +189,6 @@ def _solve_sparse(routes, members, capacity, weights, rate_limit, *, candidates:
             cfree = active[cw] & (cap_level[cw] <= flow_level(cw, s)) & ~jnp.any(bmask[r[cw]], axis=-1)
             cfree_f = jnp.where(cfree, cw, F)
             crate = w[cw] * cap_level[cw]
-            rates = rates.at[cfree_f].set(crate)
             pass_f = pass_f.at[cfree_f].set(p)
             bneck = bneck.at[cfree_f].set(L)
             W = scatter_add(W, cw, -w[cw], cfree)
@@ -199,19 +201,20 @@ def _solve_sparse(routes, members, capacity, weights, rate_limit, *, candidates:
         share = jnp.where(new_link, s, share)
         wat = jnp.where(new_link, W_start, wat)
         new_active = new_active.at[F].set(False)
-        return (p + 1, jnp.sum(new_active, dtype=jnp.int32), ptr, new_active, rates, W, frozen,
+        return (p + 1, jnp.sum(new_active, dtype=jnp.int32), ptr, new_active, W, frozen,
                 pass_f, bneck, pass_l, share, wat)
 
     active0 = jnp.concatenate([jnp.ones(F, bool), jnp.zeros(1, bool)]) & ~empty
-    rates0 = jnp.where(empty, cap_level * w, 0).astype(dtype)
     W0 = scatter_add(jnp.zeros(L + 1, dtype), jnp.arange(F + 1), w, active0)
-    init = (jnp.int32(0), jnp.sum(active0).astype(jnp.int32), jnp.int32(0), active0, rates0, W0,
+    init = (jnp.int32(0), jnp.sum(active0).astype(jnp.int32), jnp.int32(0), active0, W0,
             jnp.zeros(L + 1, dtype), jnp.where(empty, 0, -1).astype(jnp.int32), jnp.full(F + 1, L, jnp.int32),
             jnp.full(L + 1, -1, jnp.int32), jnp.full(L + 1, jnp.inf, dtype), jnp.zeros(L + 1, dtype))
     max_passes = F + F // max(Bc, 1) + 2
     state = jax.lax.while_loop(lambda st: (st[1] > 0) & (st[0] < max_passes), body, init)
-    p, _, _, _, rates, _, _, pass_f, bneck, pass_l, share, wat = state
-    return rates[:F], MaxMinStructure(pass_f[:F], bneck[:F], pass_l, share, wat, p)
+    p, _, _, _, _, _, pass_f, bneck, pass_l, share, wat = state
+    pass_f, bneck = pass_f[:F], bneck[:F]
+    rates = jnp.where(bneck == L, rate_limit, weights * share[bneck])  # share[L] = inf for unbounded flows
+    return rates, MaxMinStructure(pass_f, bneck, pass_l, share, wat, p)
 
 
 def _forward(routes, members, capacity, weights, rate_limit, candidates, has_caps):

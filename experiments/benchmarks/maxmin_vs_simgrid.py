@@ -1,0 +1,128 @@
+"""Max-min rates on random-ECMP fat-trees: flowmodel vs SimGrid (and the float64 oracle), same instance.
+
+    PYTHONPATH=. python3 experiments/benchmarks/maxmin_vs_simgrid.py [--instances k8-10k k16-100k]
+
+Instance: k-ary fat-tree, link capacities 50 GB/s x U(0.5, 1.5), distinct random host pairs, one
+random ECMP path per pair. Times are medians over repeats on a warm (compiled) kernel; the machine is
+shared, so read the ratios. "kernel" uses a prepared incidence and no input validation (the way an
+inner loop calls it); "call" is the public ``maxmin_rates`` with validation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+jax.config.update("jax_enable_x64", True)
+
+import flowmodel as fm  # noqa: E402
+from flowmodel import _maxmin  # noqa: E402
+from flowmodel.peers import simgrid  # noqa: E402
+
+
+def instance(k: int, flows: int, seed: int = 0):
+    ft = fm.fabric.fat_tree(k, heterogeneity=0.5, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    src, dst = fm.fabric.random_pairs(ft.num_hosts, flows, rng)
+    return ft, src, dst, ft.route(src, dst, rng)
+
+
+def median_time(fn, repeats: int) -> float:
+    jax.block_until_ready(fn())  # compile / warm
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def run(name: str, repeats: int, simgrid_repeats: int, vmap_batch: int, oracle: bool) -> dict:
+    k, flows = {"k8-10k": (8, 10_000), "k16-10k": (16, 10_000), "k16-100k": (16, 100_000)}[name]
+    ft, src, dst, routes = instance(k, flows)
+    out = {"instance": name, "k": k, "flows": flows, "links": ft.num_links}
+    members = _maxmin.link_members(routes, ft.num_links)
+    r = jnp.asarray(routes)
+
+    rates64 = None
+    for dtype in (jnp.float64, jnp.float32):
+        cap = jnp.asarray(ft.capacity, dtype)
+        ones, inf = jnp.ones(flows, dtype), jnp.full(flows, jnp.inf, dtype)
+        kernel = lambda: _maxmin._rates_jit(r, members, cap, ones, inf, _maxmin._CANDIDATES, False)  # noqa: E731
+        call = lambda: fm.maxmin_rates(routes, cap)  # noqa: E731
+        tag = jnp.dtype(dtype).name
+        out[f"kernel_s_{tag}"] = median_time(kernel, repeats)
+        out[f"call_s_{tag}"] = median_time(call, repeats)
+        rates = np.asarray(kernel(), np.float64)
+        if dtype == jnp.float64:
+            rates64 = rates
+            _, st = fm.maxmin_structure(routes, cap)
+            out["passes"] = int(st.num_passes)
+        else:
+            out["max_rel_diff_f32_vs_f64"] = float(np.max(np.abs(rates - rates64) / rates64))
+
+    if oracle:
+        t0 = time.perf_counter()
+        ref = fm.reference.maxmin_rates(routes, ft.capacity)
+        out["oracle_s"] = time.perf_counter() - t0
+        out["max_rel_err_vs_oracle"] = float(np.max(np.abs(rates64 - ref) / ref))
+        out["certificate_violations"] = len(fm.reference.maxmin_violations(routes, ft.capacity, rates64))
+
+    if simgrid_repeats and simgrid.available():
+        solves = []
+        for _ in range(simgrid_repeats):
+            sg_rates, solve_s = simgrid.maxmin_rates(routes, ft.capacity, endpoints=(src, dst))
+            solves.append(solve_s)
+        out["simgrid_s"] = statistics.median(solves)
+        out["max_rel_diff_vs_simgrid"] = float(np.max(np.abs(rates64 - sg_rates) / sg_rates))
+        for tag in ("float64", "float32"):
+            out[f"speedup_vs_simgrid_{tag}"] = out["simgrid_s"] / out[f"kernel_s_{tag}"]
+
+    if vmap_batch:
+        rng = np.random.default_rng(7)
+        caps = jnp.asarray(ft.capacity * rng.uniform(0.8, 1.2, (vmap_batch, ft.num_links)))
+        ones, inf = jnp.ones(flows), jnp.full(flows, jnp.inf)
+        batched = jax.jit(jax.vmap(lambda c: _maxmin._rates_jit(r, members, c, ones, inf, _maxmin._CANDIDATES, False)))
+        out["vmap_s"] = median_time(lambda: batched(caps), max(1, repeats // 2))
+        loop = lambda: [_maxmin._rates_jit(r, members, c, ones, inf, _maxmin._CANDIDATES, False) for c in caps]  # noqa: E731
+        out["loop_s"] = median_time(loop, max(1, repeats // 2))
+        out["vmap_batch"] = vmap_batch
+        out["vmap_speedup_vs_loop"] = out["loop_s"] / out["vmap_s"]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--instances", nargs="+", default=["k8-10k", "k16-10k", "k16-100k"])
+    ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--simgrid-repeats", type=int, default=3)
+    ap.add_argument("--vmap-batch", type=int, default=64)
+    ap.add_argument("--no-oracle", action="store_true")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args()
+    print(f"jax {jax.__version__} on {jax.devices()[0].platform}; medians of {args.repeats} warm runs")
+    results = []
+    for name in args.instances:
+        res = run(name, args.repeats, args.simgrid_repeats, args.vmap_batch, not args.no_oracle)
+        results.append(res)
+        print(json.dumps(res, indent=1), flush=True)
+    print(f"\n{'instance':10} {'passes':>6} {'f64 ms':>8} {'f32 ms':>8} {'SimGrid ms':>10} {'x f64':>6} {'x f32':>6}"
+          f" {'vmap x':>7} {'err vs SimGrid':>14}")
+    for r in results:
+        print(f"{r['instance']:10} {r['passes']:6d} {1e3 * r['kernel_s_float64']:8.1f} {1e3 * r['kernel_s_float32']:8.1f}"
+              f" {1e3 * r.get('simgrid_s', float('nan')):10.1f} {r.get('speedup_vs_simgrid_float64', float('nan')):6.2f}"
+              f" {r.get('speedup_vs_simgrid_float32', float('nan')):6.2f} {r.get('vmap_speedup_vs_loop', float('nan')):7.2f}"
+              f" {r.get('max_rel_diff_vs_simgrid', float('nan')):14.2e}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(results, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
