@@ -1,9 +1,18 @@
-"""flowmodel: a differentiable flow-level model of AI fleet networks, written in JAX."""
+"""flowmodel: a differentiable flow-level model of AI fleet networks, written in JAX.
+
+Public kernels (units are SI: bytes, seconds, bytes/s):
+  maxmin_rates          exact weighted max-min fair rates with per-flow caps
+  maxmin_structure      the same, plus the bottleneck structure the solve found
+  smooth_maxmin_rates   alpha-fair relaxation for gradient search
+Submodules: fabric (topologies and routes), reference (float64 oracles and certificates),
+peers.simgrid (the SimGrid cross-check).
+"""
 
 from . import fabric as fabric
 from . import reference as reference
 from ._maxmin import MaxMinStructure as MaxMinStructure
 from ._maxmin import maxmin_rates as maxmin_rates
 from ._maxmin import maxmin_structure as maxmin_structure
+from ._smooth import smooth_maxmin_rates as smooth_maxmin_rates
 
 __version__ = "0.1.0"

@@ -154,16 +154,17 @@ def _solve_sparse(routes, members, capacity, weights, rate_limit, *, candidates:
 
     def scatter_add(vec, flows, values, mask):  # vec[L+1] += values[f] over the links of masked flows
         links = r[flows]
-        vals = jnp.broadcast_to(jnp.where(mask, values, 0)[..., None], links.shape)
+        vals = jnp.broadcast_to(jnp.where(mask, values, 0)[..., None], links.shape).astype(vec.dtype)
         return vec.at[links.reshape(-1)].add(vals.reshape(-1))
 
     def flow_level(flows, s):
         return jnp.minimum(jnp.min(s[r[flows]], axis=-1), cap_level[flows])
 
     def body(state):
-        p, n_active, ptr, active, W, frozen, pass_f, bneck, pass_l, share, wat = state
+        p, n_active, ptr, active, W, n_on, frozen, pass_f, bneck, pass_l, share, wat = state
         W_start = W
-        s = _safe_div(jnp.maximum(cap - frozen, 0), W).at[L].set(jnp.inf)
+        # W drifts by rounding as flows leave; the exact per-link flow count says which links are live
+        s = jnp.where(n_on > 0, _safe_div(jnp.maximum(cap - frozen, 0), W), jnp.inf).at[L].set(jnp.inf)
         # top_k has a fast path for float32 only; rounding may reorder near-ties, so the exact
         # minimum (always a local bottleneck, hence progress) is added explicitly.
         _, near = jax.lax.top_k(-s.astype(jnp.float32), B - 1)
@@ -172,7 +173,7 @@ def _solve_sparse(routes, members, capacity, weights, rate_limit, *, candidates:
         fl = members[cand]  # [B, D]
         act = active[fl]
         cmin = jnp.min(jnp.where(act, flow_level(fl, s), jnp.inf), axis=1)
-        is_b = (s[cand] <= cmin) & (W[cand] > 0)
+        is_b = (s[cand] <= cmin) & (n_on[cand] > 0)
         bmask = jnp.zeros(L + 2, bool).at[cand].set(is_b)[: L + 1].at[L].set(False)
         # a flow on several bottlenecks of this pass is charged to the lowest-index one
         desig = jnp.min(jnp.where(bmask[r[fl]], r[fl], L + 1), axis=-1)
@@ -182,6 +183,7 @@ def _solve_sparse(routes, members, capacity, weights, rate_limit, *, candidates:
         pass_f = pass_f.at[freeze_f].set(p)
         bneck = bneck.at[freeze_f].set(jnp.broadcast_to(cand[:, None], fl.shape))
         W = scatter_add(W, fl, -w[fl], sel)
+        n_on = scatter_add(n_on, fl, -1, sel)
         frozen = scatter_add(frozen, fl, slot_rate, sel)
         new_active = active.at[freeze_f].set(False)
         if has_caps:
@@ -192,6 +194,7 @@ def _solve_sparse(routes, members, capacity, weights, rate_limit, *, candidates:
             pass_f = pass_f.at[cfree_f].set(p)
             bneck = bneck.at[cfree_f].set(L)
             W = scatter_add(W, cw, -w[cw], cfree)
+            n_on = scatter_add(n_on, cw, -1, cfree)
             frozen = scatter_add(frozen, cw, crate, cfree)
             new_active = new_active.at[cfree_f].set(False)
             done = ~new_active[cw]
@@ -201,17 +204,18 @@ def _solve_sparse(routes, members, capacity, weights, rate_limit, *, candidates:
         share = jnp.where(new_link, s, share)
         wat = jnp.where(new_link, W_start, wat)
         new_active = new_active.at[F].set(False)
-        return (p + 1, jnp.sum(new_active, dtype=jnp.int32), ptr, new_active, W, frozen,
+        return (p + 1, jnp.sum(new_active, dtype=jnp.int32), ptr, new_active, W, n_on, frozen,
                 pass_f, bneck, pass_l, share, wat)
 
     active0 = jnp.concatenate([jnp.ones(F, bool), jnp.zeros(1, bool)]) & ~empty
     W0 = scatter_add(jnp.zeros(L + 1, dtype), jnp.arange(F + 1), w, active0)
-    init = (jnp.int32(0), jnp.sum(active0).astype(jnp.int32), jnp.int32(0), active0, W0,
+    n_on0 = scatter_add(jnp.zeros(L + 1, jnp.int32), jnp.arange(F + 1), 1, active0)
+    init = (jnp.int32(0), jnp.sum(active0).astype(jnp.int32), jnp.int32(0), active0, W0, n_on0,
             jnp.zeros(L + 1, dtype), jnp.where(empty, 0, -1).astype(jnp.int32), jnp.full(F + 1, L, jnp.int32),
             jnp.full(L + 1, -1, jnp.int32), jnp.full(L + 1, jnp.inf, dtype), jnp.zeros(L + 1, dtype))
     max_passes = F + F // max(Bc, 1) + 2
     state = jax.lax.while_loop(lambda st: (st[1] > 0) & (st[0] < max_passes), body, init)
-    p, _, _, _, _, _, pass_f, bneck, pass_l, share, wat = state
+    p, _, _, _, _, _, _, pass_f, bneck, pass_l, share, wat = state
     pass_f, bneck = pass_f[:F], bneck[:F]
     rates = jnp.where(bneck == L, rate_limit, weights * share[bneck])  # share[L] = inf for unbounded flows
     return rates, MaxMinStructure(pass_f, bneck, pass_l, share, wat, p)
@@ -306,10 +310,10 @@ def link_members(routes, num_links: int):
 
 def _prepare(routes, capacity, weights, rate_limit, check: bool):
     """Validate (outside jit, on concrete values) and broadcast defaults."""
-    _checks.check_routes(routes, np.shape(capacity)[0] if np.ndim(capacity) == 1 else -1)
-    F = np.shape(routes)[0]
     if np.ndim(capacity) != 1:
         raise ValueError(f"capacity must be 1-D [L], got shape {tuple(np.shape(capacity))}")
+    _checks.check_routes(routes, np.shape(capacity)[0])
+    F = np.shape(routes)[0]
     capacity = jnp.asarray(capacity)
     if not jnp.issubdtype(capacity.dtype, jnp.floating):
         capacity = capacity.astype(jnp.result_type(float))
