@@ -131,13 +131,19 @@ def _link_members(routes: np.ndarray, num_links: int) -> np.ndarray:
     return members
 
 
-def _solve_sparse(routes, members, capacity, weights, rate_limit, *, candidates: int, has_caps: bool):
+def _solve_sparse(routes, members, capacity, weights, rate_limit, *, candidates: int, has_caps: bool,
+                  present=None, keep=None, prev: MaxMinStructure | None = None):
     """Forward water-filling that touches only a few links per pass (same result as ``_solve``).
 
     Each pass takes the ``candidates`` links with the smallest fair shares, checks which of them are
     local bottlenecks by reading only their own flows, and freezes those. The global minimum is always
     among them, so every pass makes progress; the per-pass work is O(candidates x degree x H) instead
     of O(F x H). Per-flow caps are found through a window over the flows sorted by cap level.
+
+    ``present`` (bool[F]) restricts the solve to a subset of flows; the others get rate 0.
+    ``keep`` (bool[F]) with ``prev`` re-fills only part of a previous solve: kept flows keep their
+    rates and bottlenecks, which is exact when every kept flow's level is below every re-filled one
+    (e.g. after flows complete, keep the flows below the smallest completed level).
     """
     F, H = routes.shape
     L = capacity.shape[0]
@@ -207,18 +213,38 @@ def _solve_sparse(routes, members, capacity, weights, rate_limit, *, candidates:
         return (p + 1, jnp.sum(new_active, dtype=jnp.int32), ptr, new_active, W, n_on, frozen,
                 pass_f, bneck, pass_l, share, wat)
 
-    active0 = jnp.concatenate([jnp.ones(F, bool), jnp.zeros(1, bool)]) & ~empty
-    W0 = scatter_add(jnp.zeros(L + 1, dtype), jnp.arange(F + 1), w, active0)
-    n_on0 = scatter_add(jnp.zeros(L + 1, jnp.int32), jnp.arange(F + 1), 1, active0)
-    init = (jnp.int32(0), jnp.sum(active0).astype(jnp.int32), jnp.int32(0), active0, W0, n_on0,
-            jnp.zeros(L + 1, dtype), jnp.where(empty, 0, -1).astype(jnp.int32), jnp.full(F + 1, L, jnp.int32),
-            jnp.full(L + 1, -1, jnp.int32), jnp.full(L + 1, jnp.inf, dtype), jnp.zeros(L + 1, dtype))
-    max_passes = F + F // max(Bc, 1) + 2
+    ext = lambda x, fill: jnp.concatenate([x, jnp.full((1,), fill, x.dtype)])  # noqa: E731
+    present = ext(jnp.ones(F, bool) if present is None else present, False)
+    all_flows = jnp.arange(F + 1)
+    if keep is None:
+        keep = jnp.zeros(F + 1, bool)
+        p0 = jnp.int32(0)
+        pass_f0 = jnp.where(empty, 0, -1).astype(jnp.int32)
+        bneck0 = jnp.full(F + 1, L, jnp.int32)
+        pass_l0, share0, wat0 = jnp.full(L + 1, -1, jnp.int32), jnp.full(L + 1, jnp.inf, dtype), jnp.zeros(L + 1, dtype)
+        frozen0 = jnp.zeros(L + 1, dtype)
+    else:
+        keep = ext(keep, False) & present
+        p0 = prev.num_passes
+        pass_f0 = jnp.where(keep, ext(prev.pass_of_flow, -1), jnp.where(empty, p0, -1))
+        bneck0 = jnp.where(keep, ext(prev.bottleneck, L), L)
+        kept_link = jnp.zeros(L + 2, bool).at[jnp.where(keep, bneck0, L + 1)].set(True)[: L + 1].at[L].set(False)
+        pass_l0 = jnp.where(kept_link, prev.pass_of_link, -1)
+        share0 = jnp.where(kept_link, prev.share, jnp.inf)
+        wat0 = jnp.where(kept_link, prev.weight_at, 0)
+        kept_rates = jnp.where(bneck0 == L, ext(rate_limit, 0), w * share0[bneck0])
+        frozen0 = scatter_add(jnp.zeros(L + 1, dtype), all_flows, kept_rates, keep)
+    active0 = present & ~empty & ~keep
+    W0 = scatter_add(jnp.zeros(L + 1, dtype), all_flows, w, active0)
+    n_on0 = scatter_add(jnp.zeros(L + 1, jnp.int32), all_flows, 1, active0)
+    init = (p0, jnp.sum(active0).astype(jnp.int32), jnp.int32(0), active0, W0, n_on0,
+            frozen0, pass_f0, bneck0, pass_l0, share0, wat0)
+    max_passes = p0 + F + F // max(Bc, 1) + 2
     state = jax.lax.while_loop(lambda st: (st[1] > 0) & (st[0] < max_passes), body, init)
     p, _, _, _, _, _, _, pass_f, bneck, pass_l, share, wat = state
-    pass_f, bneck = pass_f[:F], bneck[:F]
+    pass_f, bneck = pass_f[:F], jnp.where(present[:F], bneck[:F], L)
     rates = jnp.where(bneck == L, rate_limit, weights * share[bneck])  # share[L] = inf for unbounded flows
-    return rates, MaxMinStructure(pass_f, bneck, pass_l, share, wat, p)
+    return jnp.where(present[:F], rates, 0), MaxMinStructure(pass_f, bneck, pass_l, share, wat, p)
 
 
 def _forward(routes, members, capacity, weights, rate_limit, candidates, has_caps):
