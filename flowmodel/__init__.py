@@ -4,12 +4,16 @@ Public kernels (units are SI: bytes, seconds, bytes/s):
   maxmin_rates          exact weighted max-min fair rates with per-flow caps
   maxmin_structure      the same, plus the bottleneck structure the solve found
   smooth_maxmin_rates   alpha-fair relaxation for gradient search
+  completion_times      fluid finish times: flows start, share max-min rates, re-share on every event
 Submodules: fabric (topologies and routes), reference (float64 oracles and certificates),
 peers.simgrid (the SimGrid cross-check).
 """
 
 from . import fabric as fabric
 from . import reference as reference
+from ._fluid import Events as Events
+from ._fluid import completion_events as completion_events
+from ._fluid import completion_times as completion_times
 from ._maxmin import MaxMinStructure as MaxMinStructure
 from ._maxmin import maxmin_rates as maxmin_rates
 from ._maxmin import maxmin_structure as maxmin_structure

@@ -60,8 +60,12 @@ def _safe_div(num, den):
     return jnp.where(ok, num / jnp.where(ok, den, 1), jnp.inf)
 
 
-def _solve(routes, capacity, weights, rate_limit):
-    """Forward water-filling. routes int[F,H] with -1 padding; returns (rates, MaxMinStructure)."""
+def _solve(routes, capacity, weights, rate_limit, present=None):
+    """Forward water-filling over all links at once (works with traced routes).
+
+    routes int[F,H] with -1 padding; ``present`` (bool[F]) restricts the solve to a subset of flows,
+    the others get rate 0. Returns (rates, MaxMinStructure).
+    """
     F, _ = routes.shape
     L = capacity.shape[0]
     dtype = capacity.dtype
@@ -100,9 +104,10 @@ def _solve(routes, capacity, weights, rate_limit):
         p, active = state[0], state[1]
         return jnp.any(active) & (p <= F)  # each pass freezes at least the global minimum
 
+    present = jnp.ones(F, bool) if present is None else present
     init = (
         jnp.int32(0),
-        jnp.ones(F, bool),
+        present,
         jnp.zeros(F, dtype),
         jnp.full(F, -1, jnp.int32),
         jnp.full(F, L, jnp.int32),
@@ -111,7 +116,7 @@ def _solve(routes, capacity, weights, rate_limit):
         jnp.zeros(L + 1, dtype),
     )
     p, _, rates, pass_f, bneck, pass_l, share, wat = jax.lax.while_loop(cond, body, init)
-    return rates, MaxMinStructure(pass_f, bneck.astype(jnp.int32), pass_l, share, wat, p)
+    return rates, MaxMinStructure(pass_f, jnp.where(present, bneck, L).astype(jnp.int32), pass_l, share, wat, p)
 
 
 def _link_members(routes: np.ndarray, num_links: int) -> np.ndarray:
