@@ -65,6 +65,7 @@ def _simulate(routes, members, sizes, capacity, weights, rate_limit, start_times
     L = capacity.shape[0]
     dtype = capacity.dtype
     max_events = 2 * F + 1  # every event activates or completes at least one flow
+    margin = max(1e-9, 1e3 * float(jnp.finfo(dtype).eps))
     lat = jnp.concatenate([latency, jnp.zeros((1,), dtype)])
     arrival = start_times + jnp.sum(lat[jnp.where(routes < 0, L, routes)], axis=1)
 
@@ -73,7 +74,7 @@ def _simulate(routes, members, sizes, capacity, weights, rate_limit, start_times
         active = arrived & ~done
         level = rates / weights
         # re-filling more than needed is always exact; the margin keeps rounding-level ties out
-        keep = active & (level < refill * (1 - 1e-9))
+        keep = active & (level < refill * (1 - margin))
         rates, st = _rates(routes, members, capacity, weights, rate_limit, active, keep, st, has_caps)
         tau = jnp.where(active, remaining / jnp.where(active, rates, 1), jnp.inf)
         tau_min = jnp.min(tau)

@@ -32,3 +32,19 @@ def test_three_flow_case_matches_simgrid():
     routes = np.array([[0, 1], [1, 2], [0, 2]])
     theirs, _ = simgrid.maxmin_rates(routes, np.array([100.0, 100.0, 60.0]))
     np.testing.assert_allclose(theirs, [70, 30, 30], rtol=1e-5)
+
+
+@pytest.mark.parametrize("with_latency", [False, True])
+def test_completion_times_match_simgrid(with_latency):
+    ft = fm.fabric.fat_tree(4, heterogeneity=0.5, seed=5, latency=2e-6 if with_latency else 0.0)
+    rng = np.random.default_rng(6)
+    src, dst = fm.fabric.random_pairs(ft.num_hosts, 120, rng)
+    routes = ft.route(src, dst, rng)
+    sizes = np.round(np.exp(rng.uniform(np.log(1e6), np.log(1e9), 120)))
+    start = np.where(rng.random(120) < 0.5, rng.uniform(0, 0.01, 120), 0.0)
+    ours = np.asarray(fm.completion_times(routes, sizes, ft.capacity, start_times=start, latency=ft.latency))
+    theirs, _ = simgrid.completion_times(routes, sizes, ft.capacity, start_times=start, latency=ft.latency,
+                                         endpoints=(src, dst))
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5)
+    np.testing.assert_allclose(ours, fm.reference.completion_times(routes, sizes, ft.capacity, start_times=start,
+                                                                   latency=ft.latency), rtol=1e-9)

@@ -22,6 +22,7 @@ import numpy as np
 
 DIST_PACKAGES = "/usr/lib/python3/dist-packages"
 CONFIG = ("--cfg=network/model:CM02", "--cfg=network/crosstraffic:0", "--cfg=network/TCP-gamma:0",
+          "--cfg=network/optim:Full",
           "--cfg=maxmin/precision:1e-9", "--log=root.thres:critical")
 
 
@@ -133,16 +134,26 @@ def _child(src: str, dst: str) -> None:
         np.savez(dst, rates=rates, solve_s=t2 - t1, setup_s=t1 - t0)
     else:
         sizes, starts = data["sizes"], data["start_times"]
-        order = np.argsort(starts, kind="stable")
-        comms = [None] * len(sizes)
+        finish = np.full(len(sizes), np.nan)
+
+        def sender(f):  # one actor per delayed flow: sleep until its start, then send
+            sg.this_actor.sleep_until(float(starts[f]))
+            comm = sg.Comm.sendto_async(hosts[hosts_src[f]], hosts[hosts_dst[f]], int(round(sizes[f])))
+            comm.wait()
+            finish[f] = e.clock
+
         t0 = time.perf_counter()
-        for f in order:  # start each flow at its start time
-            if starts[f] > e.clock:
-                e.run_until(float(starts[f]))
-            comms[f] = sg.Comm.sendto_async(hosts[hosts_src[f]], hosts[hosts_dst[f]], int(round(sizes[f])))
+        comms = {}
+        for f in range(len(sizes)):
+            if starts[f] > 0:
+                sg.Actor.create(f"flow{f}", hosts[hosts_src[f]], sender, f)
+            else:
+                comms[f] = sg.Comm.sendto_async(hosts[hosts_src[f]], hosts[hosts_dst[f]], int(round(sizes[f])))
         e.run()
         t1 = time.perf_counter()
-        np.savez(dst, finish=np.array([c.finish_time for c in comms]), solve_s=t1 - t0)
+        for f, comm in comms.items():
+            finish[f] = comm.finish_time
+        np.savez(dst, finish=finish, solve_s=t1 - t0)
     sys.stdout.flush()
     os._exit(0)  # SimGrid's teardown crashes once comms exist; results are already on disk
 

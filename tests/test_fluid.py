@@ -1,0 +1,149 @@
+"""Fluid completion times: closed forms, oracle agreement, event batching, gradients, bad input."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import random_instance
+
+import flowmodel as fm
+from flowmodel._fluid import event_count
+from flowmodel.reference import completion_times as oracle
+
+
+def test_processor_sharing_on_one_link():
+    sizes = np.array([4.0, 1.0, 3.0, 2.0])
+    finish = fm.completion_times(np.zeros((4, 1), np.int32), sizes, np.array([2.0]))
+    # sorted sizes 1,2,3,4 on capacity 2: T_k = T_{k-1} + (s_k - s_{k-1}) (n - k + 1) / C
+    np.testing.assert_allclose(finish, [5.0, 2.0, 4.5, 3.5], rtol=1e-12)
+
+
+def test_latency_delays_activation_and_start_times_stagger():
+    routes = np.array([[0, 1], [1, -1]])
+    cap, lat = np.array([10.0, 10.0]), np.array([0.5, 0.25])
+    finish = fm.completion_times(routes, np.array([10.0, 10.0]), cap, latency=lat, start_times=np.array([0.0, 2.0]))
+    # flow 0 active from 0.75 alone at 10 B/s -> done at 1.75; flow 1 active from 2.25 -> done at 3.25
+    np.testing.assert_allclose(finish, [1.75, 3.25], rtol=1e-12)
+
+
+def test_equal_flows_finish_in_one_event():
+    # a ring step: 64 equal flows, each on its own link plus a shared spine link
+    n = 64
+    routes = np.stack([np.arange(n), np.full(n, n)], 1)
+    finish, events = fm.completion_events(routes, np.full(n, 1e9), np.full(n + 1, 50e9))
+    assert event_count(events) == 1
+    np.testing.assert_allclose(finish, np.full(n, 1e9 / (50e9 / n)), rtol=1e-12)
+
+
+@pytest.mark.parametrize("caps, starts, latency", [(0.0, False, False), (0.3, False, False),
+                                                     (0.3, True, False), (0.3, True, True)])
+def test_matches_oracle_on_random_instances(caps, starts, latency):
+    rng = np.random.default_rng(hash((caps, starts, latency)) % 2**32)
+    worst = 0.0
+    for _ in range(25):
+        routes, cap, w, lim = random_instance(rng, caps=caps, empty=0.05)
+        F, L = w.size, cap.size
+        sizes = rng.uniform(1, 100, F)
+        start = rng.uniform(0, 5, F) if starts else None
+        lat = rng.uniform(0, 0.5, L) if latency else None
+        got = np.asarray(fm.completion_times(routes, sizes, cap, weights=w, rate_limit=lim,
+                                             start_times=start, latency=lat))
+        want = oracle(routes, sizes, cap, w, lim, start, lat)
+        worst = max(worst, float(np.max(np.abs(got - want) / want)))
+    assert worst < 1e-9
+
+
+def test_fat_tree_with_distinct_sizes_matches_oracle():
+    ft = fm.fabric.fat_tree(4, heterogeneity=0.5, seed=1)
+    rng = np.random.default_rng(2)
+    src, dst = fm.fabric.random_pairs(ft.num_hosts, 150, rng)
+    routes = ft.route(src, dst, rng)
+    sizes = np.exp(rng.uniform(np.log(1e6), np.log(1e9), 150))
+    start = rng.uniform(0, 0.02, 150)
+    got = np.asarray(fm.completion_times(routes, sizes, ft.capacity, start_times=start))
+    np.testing.assert_allclose(got, oracle(routes, sizes, ft.capacity, start_times=start), rtol=1e-9)
+
+
+def test_dense_path_and_vmap():
+    rng = np.random.default_rng(3)
+    routes, cap, w, lim = random_instance(rng)
+    sizes = rng.uniform(1, 100, w.size)
+    sparse = fm.completion_times(routes, sizes, cap, weights=w)
+    dense = jax.jit(lambda r: fm.completion_times(r, sizes, cap, weights=w))(routes)
+    np.testing.assert_allclose(dense, sparse, rtol=1e-12)
+    caps = cap * rng.uniform(0.5, 1.5, (4, cap.size))
+    batched = jax.vmap(lambda c: fm.completion_times(routes, sizes, c, weights=w))(caps)
+    for b in range(4):
+        np.testing.assert_allclose(batched[b], oracle(routes, sizes, caps[b], w), rtol=1e-9)
+
+
+def test_float32_close_to_float64():
+    rng = np.random.default_rng(4)
+    routes, cap, w, _ = random_instance(rng)
+    sizes = rng.uniform(1, 100, w.size)
+    f32 = fm.completion_times(routes, sizes.astype(np.float32), cap.astype(np.float32), weights=w)
+    assert f32.dtype == jnp.float32
+    np.testing.assert_allclose(f32, oracle(routes, sizes, cap, w), rtol=1e-4)
+
+
+ARG_NAMES = ("sizes", "capacity", "weights", "rate_limit", "start_times", "latency")
+
+
+@pytest.mark.parametrize("argnum", range(6))
+def test_gradient_matches_central_differences(argnum):
+    rng = np.random.default_rng(10 + argnum)
+    checked = 0
+    for _ in range(8):
+        routes, cap, w, lim = random_instance(rng, caps=0.3)
+        F, L = w.size, cap.size
+        lim = np.where(np.isinf(lim), 1e3, lim)
+        lim[rng.random(F) < 0.5] = np.inf
+        args = [rng.uniform(1, 100, F), cap, w, lim, rng.uniform(0, 5, F), rng.uniform(0, 0.5, L)]
+        a = rng.normal(size=F)
+
+        def f(*xs):
+            sizes, c, ww, li, s0, la = xs
+            return jnp.vdot(a, fm.completion_times(routes, sizes, c, weights=ww, rate_limit=li, start_times=s0,
+                                                   latency=la))
+
+        x = args[argnum]
+        v = rng.normal(size=x.shape) * np.where(np.isfinite(x), np.abs(x) + 0.1, 0)
+        eps = 1e-7
+        plus, minus = list(args), list(args)
+        plus[argnum], minus[argnum] = x + eps * v, x - eps * v
+        fd = float(f(*plus) - f(*minus)) / (2 * eps)
+        g = jax.grad(f, argnums=argnum)(*args)
+        assert np.all(np.isfinite(g)), ARG_NAMES[argnum]
+        scale = float(jnp.sum(jnp.abs(g) * np.abs(np.nan_to_num(v, posinf=0)))) + 1e-9
+        assert abs(float(jnp.vdot(g, np.nan_to_num(v, posinf=0))) - fd) <= 1e-5 * scale, ARG_NAMES[argnum]
+        checked += 1
+    assert checked == 8
+
+
+def test_gradient_closed_form_processor_sharing():
+    # two flows on one link, sizes s0 < s1: T0 = 2 s0 / C, T1 = (s0 + s1) / C
+    def f(c, s):
+        return fm.completion_times(np.zeros((2, 1), np.int32), s, c)
+
+    c, s = jnp.array([4.0]), jnp.array([2.0, 6.0])
+    jac_c = jax.jacrev(f, argnums=0)(c, s)
+    np.testing.assert_allclose(jac_c[:, 0], [-2 * 2.0 / 16, -(8.0) / 16], rtol=1e-12)
+    jac_s = jax.jacrev(f, argnums=1)(c, s)
+    np.testing.assert_allclose(jac_s, [[0.5, 0.0], [0.25, 0.25]], rtol=1e-12)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(sizes=np.array([1.0, -1.0])), r"sizes\[1\] must be > 0, got -1"),
+    (dict(sizes=np.array([1.0, np.nan])), r"sizes\[1\] is NaN"),
+    (dict(sizes=np.array([1.0])), r"sizes must have shape \(2,\)"),
+    (dict(latency=np.array([0.0, -1e-6, 0.0])), r"latency\[1\] must be >= 0"),
+    (dict(start_times=np.array([0.0, 1.0, 2.0])), r"start_times must have shape \(2,\)"),
+    (dict(start_times=np.array([0.0, np.nan])), r"start_times\[1\] is NaN"),
+    (dict(capacity=np.array([1.0, 0.0, 1.0])), r"capacity\[1\] must be > 0"),
+])
+def test_bad_input(kwargs, match):
+    args = dict(sizes=np.array([1.0, 2.0]), capacity=np.array([1.0, 2.0, 3.0]))
+    args.update(kwargs)
+    sizes, cap = args.pop("sizes"), args.pop("capacity")
+    with pytest.raises(ValueError, match=match):
+        fm.completion_times(np.array([[0, 1], [1, 2]]), sizes, cap, **args)
