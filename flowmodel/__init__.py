@@ -5,12 +5,21 @@ Public kernels (units are SI: bytes, seconds, bytes/s):
   maxmin_structure      the same, plus the bottleneck structure the solve found
   smooth_maxmin_rates   alpha-fair relaxation for gradient search
   completion_times      fluid finish times: flows start, share max-min rates, re-share on every event
+  window_limited_rate, queueing_delay, scheduled_bound, soft_max, route_latency, rtt_weights
+                        congestion and latency models (_congestion.py)
 Submodules: fabric (topologies and routes), reference (float64 oracles and certificates),
 peers.simgrid (the SimGrid cross-check).
 """
 
 from . import fabric as fabric
 from . import reference as reference
+from ._congestion import link_bytes as link_bytes
+from ._congestion import queueing_delay as queueing_delay
+from ._congestion import route_latency as route_latency
+from ._congestion import rtt_weights as rtt_weights
+from ._congestion import scheduled_bound as scheduled_bound
+from ._congestion import soft_max as soft_max
+from ._congestion import window_limited_rate as window_limited_rate
 from ._fluid import Events as Events
 from ._fluid import completion_events as completion_events
 from ._fluid import completion_times as completion_times

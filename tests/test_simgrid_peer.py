@@ -42,9 +42,13 @@ def test_completion_times_match_simgrid(with_latency):
     routes = ft.route(src, dst, rng)
     sizes = np.round(np.exp(rng.uniform(np.log(1e6), np.log(1e9), 120)))
     start = np.where(rng.random(120) < 0.5, rng.uniform(0, 0.01, 120), 0.0)
-    ours = np.asarray(fm.completion_times(routes, sizes, ft.capacity, start_times=start, latency=ft.latency))
+    # CM02 shares bandwidth in inverse proportion to route latency; rtt_weights reproduces that
+    weights = fm.rtt_weights(routes, ft.latency) if with_latency else None
+    ours = np.asarray(fm.completion_times(routes, sizes, ft.capacity, weights=weights, start_times=start,
+                                          latency=ft.latency))
     theirs, _ = simgrid.completion_times(routes, sizes, ft.capacity, start_times=start, latency=ft.latency,
                                          endpoints=(src, dst))
     np.testing.assert_allclose(ours, theirs, rtol=1e-5)
-    np.testing.assert_allclose(ours, fm.reference.completion_times(routes, sizes, ft.capacity, start_times=start,
-                                                                   latency=ft.latency), rtol=1e-9)
+    ref = fm.reference.completion_times(routes, sizes, ft.capacity, weights=weights, start_times=start,
+                                        latency=ft.latency)
+    np.testing.assert_allclose(ours, ref, rtol=1e-9)
