@@ -24,6 +24,7 @@ jax.config.update("jax_enable_x64", True)
 import flowmodel as fm  # noqa: E402
 from flowmodel import _maxmin  # noqa: E402
 from flowmodel.peers import simgrid  # noqa: E402
+from common import median_time, write_json  # noqa: E402
 
 
 def instance(k: int, flows: int, seed: int = 0):
@@ -31,16 +32,6 @@ def instance(k: int, flows: int, seed: int = 0):
     rng = np.random.default_rng(seed + 1)
     src, dst = fm.fabric.random_pairs(ft.num_hosts, flows, rng)
     return ft, src, dst, ft.route(src, dst, rng)
-
-
-def median_time(fn, repeats: int) -> float:
-    jax.block_until_ready(fn())  # compile / warm
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn())
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def run(name: str, repeats: int, simgrid_repeats: int, vmap_batch: int, oracle: bool) -> dict:
@@ -57,8 +48,8 @@ def run(name: str, repeats: int, simgrid_repeats: int, vmap_batch: int, oracle: 
         kernel = lambda: _maxmin._rates_jit(r, members, cap, ones, inf, _maxmin._CANDIDATES, False)  # noqa: E731
         call = lambda: fm.maxmin_rates(routes, cap)  # noqa: E731
         tag = jnp.dtype(dtype).name
-        out[f"kernel_s_{tag}"] = median_time(kernel, repeats)
-        out[f"call_s_{tag}"] = median_time(call, repeats)
+        out[f"kernel_s_{tag}"] = median_time(kernel, repeats)[1]
+        out[f"call_s_{tag}"] = median_time(call, repeats)[1]
         rates = np.asarray(kernel(), np.float64)
         if dtype == jnp.float64:
             rates64 = rates
@@ -89,9 +80,9 @@ def run(name: str, repeats: int, simgrid_repeats: int, vmap_batch: int, oracle: 
         caps = jnp.asarray(ft.capacity * rng.uniform(0.8, 1.2, (vmap_batch, ft.num_links)))
         ones, inf = jnp.ones(flows), jnp.full(flows, jnp.inf)
         batched = jax.jit(jax.vmap(lambda c: _maxmin._rates_jit(r, members, c, ones, inf, _maxmin._CANDIDATES, False)))
-        out["vmap_s"] = median_time(lambda: batched(caps), max(1, repeats // 2))
+        out["vmap_s"] = median_time(lambda: batched(caps), max(1, repeats // 2))[1]
         loop = lambda: [_maxmin._rates_jit(r, members, c, ones, inf, _maxmin._CANDIDATES, False) for c in caps]  # noqa: E731
-        out["loop_s"] = median_time(loop, max(1, repeats // 2))
+        out["loop_s"] = median_time(loop, max(1, repeats // 2))[1]
         out["vmap_batch"] = vmap_batch
         out["vmap_speedup_vs_loop"] = out["loop_s"] / out["vmap_s"]
     return out
@@ -119,9 +110,7 @@ def main() -> None:
               f" {1e3 * r.get('simgrid_s', float('nan')):10.1f} {r.get('speedup_vs_simgrid_float64', float('nan')):6.2f}"
               f" {r.get('speedup_vs_simgrid_float32', float('nan')):6.2f} {r.get('vmap_speedup_vs_loop', float('nan')):7.2f}"
               f" {r.get('max_rel_diff_vs_simgrid', float('nan')):14.2e}")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(results, fh, indent=1)
+    write_json(args.json, results)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,107 @@
+"""Fluid completion times on a random-ECMP fat-tree: flowmodel vs SimGrid (and the oracle), same instance.
+
+    PYTHONPATH=. python3 experiments/benchmarks/fluid_vs_simgrid.py [--k 8] [--flows 10000] [--oracle-flows 1000]
+
+Instance: k-ary fat-tree, capacities 50 GB/s x U(0.5, 1.5), distinct random host pairs with one random
+ECMP path each, sizes log-uniform in 1 MB - 1 GB (all distinct), all starting at 0. SimGrid re-solves
+at every completion; flowmodel re-fills only the levels above each completed flow. Also a
+collective-shaped case: one ring all-reduce step over 1,024 GPUs (homogeneous k=16), where all flows
+are equal and finish in one event.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import jax
+import numpy as np
+
+jax.config.update("jax_enable_x64", True)
+
+import flowmodel as fm  # noqa: E402
+from flowmodel._fluid import event_count  # noqa: E402
+from flowmodel.peers import simgrid  # noqa: E402
+from common import median_time, write_json  # noqa: E402
+
+
+def instance(k, flows, seed=0):
+    ft = fm.fabric.fat_tree(k, heterogeneity=0.5, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    src, dst = fm.fabric.random_pairs(ft.num_hosts, flows, rng)
+    routes = ft.route(src, dst, rng)
+    sizes = np.round(np.exp(rng.uniform(np.log(1e6), np.log(1e9), flows)))
+    return ft, src, dst, routes, sizes
+
+
+def run_random(k, flows, repeats, use_simgrid):
+    ft, src, dst, routes, sizes = instance(k, flows)
+    res = {"case": f"k{k}-{flows}", "flows": flows}
+    t0 = time.perf_counter()
+    (finish, events) = fm.completion_events(routes, sizes, ft.capacity)
+    jax.block_until_ready(finish)
+    res["first_call_s"] = time.perf_counter() - t0
+    (finish, events), res["flowmodel_s"] = median_time(lambda: fm.completion_events(routes, sizes, ft.capacity), repeats)
+    res["events"] = event_count(events)
+    finish = np.asarray(finish)
+    if use_simgrid and simgrid.available():
+        theirs, res["simgrid_s"] = simgrid.completion_times(routes, sizes, ft.capacity, endpoints=(src, dst))
+        res["max_rel_diff_vs_simgrid"] = float(np.max(np.abs(finish - theirs) / theirs))
+        res["speedup_vs_simgrid"] = res["simgrid_s"] / res["flowmodel_s"]
+    return res, (routes, sizes, ft.capacity, finish)
+
+
+def run_ring(repeats, use_simgrid):
+    ft = fm.fabric.fat_tree(16, heterogeneity=0.0)  # homogeneous: every ring flow gets the same rate
+    n = ft.num_hosts  # 1,024 GPUs, one per host
+    src = np.arange(n)
+    dst = (src + 1) % n
+    routes = ft.route(src, dst, np.random.default_rng(4))
+    sizes = np.full(n, 2 * 1024**3 / n)  # one reduce-scatter step of a 2 GiB all-reduce
+    res = {"case": "ring-1024", "flows": n}
+    (finish, events), res["flowmodel_s"] = median_time(lambda: fm.completion_events(routes, sizes, ft.capacity), repeats)
+    res["events"] = event_count(events)
+    if use_simgrid and simgrid.available():
+        theirs, res["simgrid_s"] = simgrid.completion_times(routes, sizes, ft.capacity, endpoints=(src, dst))
+        res["max_rel_diff_vs_simgrid"] = float(np.max(np.abs(np.asarray(finish) - theirs) / theirs))
+        res["speedup_vs_simgrid"] = res["simgrid_s"] / res["flowmodel_s"]
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--k", type=int, default=8)
+    ap.add_argument("--flows", type=int, default=10_000)
+    ap.add_argument("--oracle-flows", type=int, default=1000, help="size of the instance checked against the oracle")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--no-simgrid", action="store_true")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    results = []
+
+    small, (routes, sizes, cap, finish) = run_random(args.k, args.oracle_flows, args.repeats, not args.no_simgrid)
+    t0 = time.perf_counter()
+    ref = fm.reference.completion_times(routes, sizes, cap)
+    small["oracle_s"] = time.perf_counter() - t0
+    small["max_rel_err_vs_oracle"] = float(np.max(np.abs(finish - ref) / ref))
+    results.append(small)
+    print(json.dumps(small), flush=True)
+    big, _ = run_random(args.k, args.flows, args.repeats, not args.no_simgrid)
+    results.append(big)
+    print(json.dumps(big), flush=True)
+    ring = run_ring(args.repeats, not args.no_simgrid)
+    results.append(ring)
+    print(json.dumps(ring), flush=True)
+
+    print(f"\n{'case':12} {'flows':>6} {'events':>6} {'flowmodel s':>11} {'SimGrid s':>9} {'speed-up':>8} {'vs SimGrid':>10}"
+          f" {'vs oracle':>9}")
+    for r in results:
+        print(f"{r['case']:12} {r['flows']:6d} {r['events']:6d} {r['flowmodel_s']:11.3f} {r.get('simgrid_s', float('nan')):9.3f}"
+              f" {r.get('speedup_vs_simgrid', float('nan')):8.2f} {r.get('max_rel_diff_vs_simgrid', float('nan')):10.1e}"
+              f" {r.get('max_rel_err_vs_oracle', float('nan')):9.1e}")
+    write_json(args.json, results)
+
+
+if __name__ == "__main__":
+    main()
