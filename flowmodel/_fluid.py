@@ -28,10 +28,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _checks
-from ._maxmin import _CANDIDATES, _adjoint, _prepare, _solve, _solve_sparse, link_members
+from ._maxmin import _adjoint, _prepare, _solve, _solve_sparse, link_members
 from ._types import Array, Float, Int
 
 _TIE = 1e-12  # completions within this relative gap count as one event
+# Links examined per pass. Re-fills after a completion touch few levels, so fewer candidates per pass
+# cost less than the extra passes they cause (measured ~3x faster than 64 on k=8 fat-trees).
+_CANDIDATES = 16
 
 
 class Events(NamedTuple):
