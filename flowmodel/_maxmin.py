@@ -7,8 +7,9 @@ of any active flow crossing it is a *local bottleneck*: every link that shares a
 share at least as large, and shares only grow as other flows freeze below them, so progressive
 filling saturates it exactly at ``s_l``. Each pass therefore freezes *all* local bottlenecks (and all
 flows whose cap is their level) at once, not only the global minimum. The number of passes is the
-length of the longest chain of bottleneck dependencies, typically a handful, where one-level-per-pass
-filling needs as many passes as there are distinct levels.
+length of the longest chain of bottleneck dependencies (about 130 on a k=16 fat-tree with 100K random
+ECMP flows), so speed comes from cheap passes: the sparse solve reads only the flows of the few links
+with the smallest shares (see ``_solve_sparse``).
 
 Differentiation. Rates are piecewise linear in (capacity, weights, rate_limit). The forward solve
 records the structure (each flow's pass and bottleneck, each bottleneck link's pass and share); the
