@@ -24,9 +24,8 @@ and a one-sided derivative at ties.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp

@@ -78,7 +78,7 @@ def maxmin_violations(routes, capacity, rates, weights=None, rate_limit=None, *,
     out += [f"flow {f}: rate {x[f]} outside [0, rate_limit={limit[f]}]" for f in bad[:10]]
     load = np.bincount(link, weights=x[flow], minlength=L)
     over = np.flatnonzero(load > cap * (1 + rtol))
-    out += [f"link {l}: load {load[l]} > capacity {cap[l]}" for l in over[:10]]
+    out += [f"link {j}: load {load[j]} > capacity {cap[j]}" for j in over[:10]]
 
     level = x / w
     max_level = np.full(L, -np.inf)

@@ -24,3 +24,15 @@ def write_json(path: str | None, results) -> None:
     if path:
         with open(path, "w") as fh:
             json.dump(results, fh, indent=1)
+
+
+def print_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> None:
+    """Print ``rows`` as a table; columns are (header, key, format spec), missing keys show as nan."""
+    widths = [max(len(h), 8) for h, _, _ in columns]
+    print("\n" + " ".join(f"{h:>{w}}" for (h, _, _), w in zip(columns, widths)))
+    for row in rows:
+        cells = []
+        for (_, key, spec), w in zip(columns, widths):
+            value = row.get(key, float("nan"))
+            cells.append(f"{value:>{w}{spec}}" if not isinstance(value, str) else f"{value:>{w}}")
+        print(" ".join(cells))

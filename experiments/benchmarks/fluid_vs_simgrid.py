@@ -20,10 +20,11 @@ import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 
+from common import median_time, print_table, write_json  # noqa: E402
+
 import flowmodel as fm  # noqa: E402
 from flowmodel._fluid import event_count  # noqa: E402
 from flowmodel.peers import simgrid  # noqa: E402
-from common import median_time, write_json  # noqa: E402
 
 
 def instance(k, flows, seed=0):
@@ -42,7 +43,9 @@ def run_random(k, flows, repeats, use_simgrid):
     (finish, events) = fm.completion_events(routes, sizes, ft.capacity)
     jax.block_until_ready(finish)
     res["first_call_s"] = time.perf_counter() - t0
-    (finish, events), res["flowmodel_s"] = median_time(lambda: fm.completion_events(routes, sizes, ft.capacity), repeats)
+    (finish, events), res["flowmodel_s"] = median_time(
+        lambda: fm.completion_events(routes, sizes, ft.capacity), repeats
+    )
     res["events"] = event_count(events)
     finish = np.asarray(finish)
     if use_simgrid and simgrid.available():
@@ -60,7 +63,9 @@ def run_ring(repeats, use_simgrid):
     routes = ft.route(src, dst, np.random.default_rng(4))
     sizes = np.full(n, 2 * 1024**3 / n)  # one reduce-scatter step of a 2 GiB all-reduce
     res = {"case": "ring-1024", "flows": n}
-    (finish, events), res["flowmodel_s"] = median_time(lambda: fm.completion_events(routes, sizes, ft.capacity), repeats)
+    (finish, events), res["flowmodel_s"] = median_time(
+        lambda: fm.completion_events(routes, sizes, ft.capacity), repeats
+    )
     res["events"] = event_count(events)
     if use_simgrid and simgrid.available():
         theirs, res["simgrid_s"] = simgrid.completion_times(routes, sizes, ft.capacity, endpoints=(src, dst))
@@ -94,12 +99,11 @@ def main():
     results.append(ring)
     print(json.dumps(ring), flush=True)
 
-    print(f"\n{'case':12} {'flows':>6} {'events':>6} {'flowmodel s':>11} {'SimGrid s':>9} {'speed-up':>8} {'vs SimGrid':>10}"
-          f" {'vs oracle':>9}")
-    for r in results:
-        print(f"{r['case']:12} {r['flows']:6d} {r['events']:6d} {r['flowmodel_s']:11.3f} {r.get('simgrid_s', float('nan')):9.3f}"
-              f" {r.get('speedup_vs_simgrid', float('nan')):8.2f} {r.get('max_rel_diff_vs_simgrid', float('nan')):10.1e}"
-              f" {r.get('max_rel_err_vs_oracle', float('nan')):9.1e}")
+    print_table(results, [
+        ("case", "case", ""), ("flows", "flows", "d"), ("events", "events", "d"), ("flowmodel s", "flowmodel_s", ".3f"),
+        ("SimGrid s", "simgrid_s", ".3f"), ("speed-up", "speedup_vs_simgrid", ".2f"),
+        ("vs SimGrid", "max_rel_diff_vs_simgrid", ".1e"), ("vs oracle", "max_rel_err_vs_oracle", ".1e"),
+    ])
     write_json(args.json, results)
 
 

@@ -21,10 +21,11 @@ import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 
+from common import median_time, print_table, write_json  # noqa: E402
+
 import flowmodel as fm  # noqa: E402
 from flowmodel import _maxmin  # noqa: E402
 from flowmodel.peers import simgrid  # noqa: E402
-from common import median_time, write_json  # noqa: E402
 
 
 def instance(k: int, flows: int, seed: int = 0):
@@ -103,13 +104,16 @@ def main() -> None:
         res = run(name, args.repeats, args.simgrid_repeats, args.vmap_batch, not args.no_oracle)
         results.append(res)
         print(json.dumps(res, indent=1), flush=True)
-    print(f"\n{'instance':10} {'passes':>6} {'f64 ms':>8} {'f32 ms':>8} {'SimGrid ms':>10} {'x f64':>6} {'x f32':>6}"
-          f" {'vmap x':>7} {'err vs SimGrid':>14}")
     for r in results:
-        print(f"{r['instance']:10} {r['passes']:6d} {1e3 * r['kernel_s_float64']:8.1f} {1e3 * r['kernel_s_float32']:8.1f}"
-              f" {1e3 * r.get('simgrid_s', float('nan')):10.1f} {r.get('speedup_vs_simgrid_float64', float('nan')):6.2f}"
-              f" {r.get('speedup_vs_simgrid_float32', float('nan')):6.2f} {r.get('vmap_speedup_vs_loop', float('nan')):7.2f}"
-              f" {r.get('max_rel_diff_vs_simgrid', float('nan')):14.2e}")
+        for tag in ("float64", "float32"):
+            r[f"kernel_ms_{tag}"] = 1e3 * r[f"kernel_s_{tag}"]
+        r["simgrid_ms"] = 1e3 * r.get("simgrid_s", float("nan"))
+    print_table(results, [
+        ("instance", "instance", ""), ("passes", "passes", "d"), ("f64 ms", "kernel_ms_float64", ".1f"),
+        ("f32 ms", "kernel_ms_float32", ".1f"), ("SimGrid ms", "simgrid_ms", ".1f"),
+        ("x f64", "speedup_vs_simgrid_float64", ".2f"), ("x f32", "speedup_vs_simgrid_float32", ".2f"),
+        ("vmap x", "vmap_speedup_vs_loop", ".2f"), ("vs SimGrid", "max_rel_diff_vs_simgrid", ".1e"),
+    ])
     write_json(args.json, results)
 
 
