@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 from typing import NamedTuple
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -52,6 +53,12 @@ class MaxMinStructure(NamedTuple):
     share: Array
     weight_at: Array
     num_passes: Array
+
+
+# Every pass freezes at least the flows at the global minimum level, so the pass bound is never reached
+# on valid input; reaching it (e.g. NaN values passed with check=False) raises instead of returning
+# unfrozen flows.
+_NO_PROGRESS = "maxmin_rates: water-filling made no progress (NaN or invalid input with check=False?)"
 
 
 def _safe_div(num, den):
@@ -115,7 +122,8 @@ def _solve(routes, capacity, weights, rate_limit, present=None):
         jnp.full(L + 1, jnp.inf, dtype),
         jnp.zeros(L + 1, dtype),
     )
-    p, _, rates, pass_f, bneck, pass_l, share, wat = jax.lax.while_loop(cond, body, init)
+    p, still_active, rates, pass_f, bneck, pass_l, share, wat = jax.lax.while_loop(cond, body, init)
+    rates = eqx.error_if(rates, jnp.any(still_active), _NO_PROGRESS)
     return rates, MaxMinStructure(pass_f, jnp.where(present, bneck, L).astype(jnp.int32), pass_l, share, wat, p)
 
 
@@ -246,7 +254,8 @@ def _solve_sparse(routes, members, capacity, weights, rate_limit, *, candidates:
             frozen0, pass_f0, bneck0, pass_l0, share0, wat0)
     max_passes = p0 + F + F // max(Bc, 1) + 2
     state = jax.lax.while_loop(lambda st: (st[1] > 0) & (st[0] < max_passes), body, init)
-    p, _, _, _, _, _, _, pass_f, bneck, pass_l, share, wat = state
+    p, n_left, _, _, _, _, _, pass_f, bneck, pass_l, share, wat = state
+    share = eqx.error_if(share, n_left > 0, _NO_PROGRESS)
     pass_f, bneck = pass_f[:F], jnp.where(present[:F], bneck[:F], L)
     rates = jnp.where(bneck == L, rate_limit, weights * share[bneck])  # share[L] = inf for unbounded flows
     return jnp.where(present[:F], rates, 0), MaxMinStructure(pass_f, bneck, pass_l, share, wat, p)
@@ -392,8 +401,9 @@ def maxmin_rates(
 
     Jittable and vmappable (batch over capacity / weights / rate_limit with ``jax.vmap``).
     ``jax.grad`` gives the exact derivative wherever the bottleneck structure is locally stable.
-    The solve is a bounded ``lax.while_loop``: at most F + 1 passes, since every pass freezes at least
-    the flows at the global minimum level.
+    The solve is a bounded ``lax.while_loop``: every pass freezes at least the flows at the global
+    minimum level, so F + 1 passes always suffice; the loop stops at a slightly larger bound and
+    raises (``equinox`` runtime error) rather than return unfrozen flows.
     """
     has_caps = rate_limit is not None
     routes, capacity, weights, rate_limit = _prepare(routes, capacity, weights, rate_limit, check)

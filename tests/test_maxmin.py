@@ -238,3 +238,9 @@ def test_bad_input_names_argument_and_value(kwargs, match):
     routes, capacity = args.pop("routes"), args.pop("capacity")
     with pytest.raises(ValueError, match=match):
         fm.maxmin_rates(routes, capacity, **args)
+
+
+def test_nan_without_validation_raises_instead_of_wrong_rates():
+    routes = np.array([[0, 1], [1, -1]])
+    with pytest.raises(Exception, match="no progress"):
+        jax.block_until_ready(fm.maxmin_rates(routes, np.array([1.0, np.nan]), check=False))
