@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _checks
-from ._maxmin import _adjoint, _prepare, _solve, _solve_sparse, link_members
+from ._maxmin import _adjoint, _prepare, _solve, _solve_sparse, link_members, pass_window
 from ._types import Array, Float, Int
 
 _TIE = 1e-12  # completions within this relative gap count as one event
@@ -140,6 +140,7 @@ def _finish_bwd(has_caps, res, finish_bar):
     E = ev.time.shape[0]
     # d finish_f / d (time of the event at which f completes) = 1
     t_bar0 = jnp.zeros(E, dtype).at[jnp.where(ev.last >= 0, ev.last, E - 1)].add(finish_bar)
+    window = pass_window(F, L, members, _CANDIDATES)
 
     def body(state):
         k, t_bar, mu, size_bar, cap_bar, w_bar, lim_bar = state
@@ -155,7 +156,7 @@ def _finish_bwd(has_caps, res, finish_bar):
         size_bar = size_bar.at[d].add(-mu_d)
         x_bar = jnp.where(active, mu * dt, 0)
         t_bar = t_bar.at[k].add(-jnp.sum(jnp.where(active, mu * rates, 0)))
-        c_b, w_b, l_b = _adjoint(routes, weights, rates, st, x_bar)
+        c_b, w_b, l_b = _adjoint(routes, weights, rates, st, x_bar, window)
         return k - 1, t_bar, mu, size_bar, cap_bar + c_b, w_bar + w_b, lim_bar + l_b
 
     init = (ev.count - 2, t_bar0, jnp.zeros(F, dtype), jnp.zeros(F, dtype), jnp.zeros(L, dtype),

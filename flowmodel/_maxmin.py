@@ -280,12 +280,25 @@ def _maxmin_fwd(routes, members, capacity, weights, rate_limit, candidates, has_
 
 def _maxmin_bwd(candidates, has_caps, res, g):
     routes, members, weights, rates, st = res
-    cbar, wbar, lbar = _adjoint(routes, weights, rates, st, g)
+    window = pass_window(routes.shape[0], st.share.shape[0] - 1, members, candidates)
+    cbar, wbar, lbar = _adjoint(routes, weights, rates, st, g, window)
     return None, None, cbar, wbar, lbar
 
 
-def _adjoint(routes, weights, rates, st: MaxMinStructure, g):
-    """Reverse-mode adjoint of the level-by-level replay (module docstring): (c_bar, w_bar, limit_bar)."""
+def pass_window(num_flows: int, num_links: int, members, candidates: int) -> int | None:
+    """Most flows one pass of the sparse solve can freeze (None for the dense solve: no bound)."""
+    if members is None:
+        return None
+    B = max(min(candidates, num_links + 1), 2)
+    return min(num_flows, B * members.shape[1] + min(candidates, num_flows))
+
+
+def _adjoint(routes, weights, rates, st: MaxMinStructure, g, window: int | None = None):
+    """Reverse-mode adjoint of the level-by-level replay (module docstring): (c_bar, w_bar, limit_bar).
+
+    With ``window`` (at most that many flows froze in any pass) each reverse pass reads only the flows
+    of its own pass, found by sorting flows by pass once; without it, every pass reads all flows.
+    """
     F, _ = routes.shape
     L = st.share.shape[0] - 1
     r = jnp.where(routes < 0, L, routes)
@@ -294,19 +307,43 @@ def _adjoint(routes, weights, rates, st: MaxMinStructure, g):
     g = jnp.where(finite, g, 0)
     level = jnp.where(finite, rates / weights, 0)
     share_b = jnp.where(capped | ~finite, 0, st.share[st.bottleneck])
+    links_done = lambda s_hat, sbar, p: s_hat + jnp.where(  # noqa: E731
+        (st.pass_of_link == p) & (st.weight_at > 0), _safe_div(sbar, st.weight_at), 0)
 
-    def body(state):
-        p, s_hat, xbar = state
-        now = st.pass_of_flow == p
-        # x_f is read only by links that froze later: their adjoints are already in s_hat.
-        xb = jnp.where(now, g - jnp.sum(s_hat[r], axis=1), 0)
-        sbar = jax.ops.segment_sum(jnp.where(capped, 0, xb * weights), st.bottleneck, num_segments=L + 1)
-        links_now = st.pass_of_link == p
-        s_hat = s_hat + jnp.where(links_now & (st.weight_at > 0), _safe_div(sbar, st.weight_at), 0)
-        return p - 1, s_hat, xbar + xb
+    if window is None:
+        def body(state):
+            p, s_hat, xbar = state
+            now = st.pass_of_flow == p
+            # x_f is read only by links that froze later: their adjoints are already in s_hat.
+            xb = jnp.where(now, g - jnp.sum(s_hat[r], axis=1), 0)
+            sbar = jax.ops.segment_sum(jnp.where(capped, 0, xb * weights), st.bottleneck, num_segments=L + 1)
+            return p - 1, links_done(s_hat, sbar, p), xbar + xb
 
-    init = (st.num_passes - 1, jnp.zeros(L + 1, rates.dtype), jnp.zeros(F, rates.dtype))
-    _, s_hat, xbar = jax.lax.while_loop(lambda s: s[0] >= 0, body, init)
+        init = (st.num_passes - 1, jnp.zeros(L + 1, rates.dtype), jnp.zeros(F, rates.dtype))
+        _, s_hat, xbar = jax.lax.while_loop(lambda s: s[0] >= 0, body, init)
+    else:
+        # empty-route flows froze at their cap before any pass: x_bar = g, and they touch no link
+        empty = jnp.all(routes < 0, axis=1)
+        key = jnp.where(empty, -1, st.pass_of_flow)
+        order = jnp.argsort(key).astype(jnp.int32)
+        sorted_key = jnp.concatenate([key[order], jnp.full((window,), -2, key.dtype)])
+        order = jnp.concatenate([order, jnp.full((window,), F, jnp.int32)])
+        r_ext = jnp.concatenate([r, jnp.full((1, r.shape[1]), L, r.dtype)])
+        g_ext, w_ext = jnp.append(g, 0), jnp.append(weights, 0)
+        capped_ext, bneck_ext = jnp.append(capped, True), jnp.append(st.bottleneck, L)
+
+        def body(state):
+            p, s_hat, xbar = state
+            start = jnp.searchsorted(sorted_key[:F], p, side="left").astype(jnp.int32)
+            f = jax.lax.dynamic_slice(order, (start,), (window,))
+            now = jax.lax.dynamic_slice(sorted_key, (start,), (window,)) == p
+            xb = jnp.where(now, g_ext[f] - jnp.sum(s_hat[r_ext[f]], axis=1), 0)
+            sbar = jnp.zeros(L + 1, rates.dtype).at[bneck_ext[f]].add(jnp.where(capped_ext[f], 0, xb * w_ext[f]))
+            return p - 1, links_done(s_hat, sbar, p), xbar.at[f].add(xb)
+
+        init = (st.num_passes - 1, jnp.zeros(L + 1, rates.dtype), jnp.zeros(F + 1, rates.dtype))
+        _, s_hat, xbar = jax.lax.while_loop(lambda s: s[0] >= 0, body, init)
+        xbar = jnp.where(empty & (st.pass_of_flow >= 0), g, xbar[:F])
     s_hat = jnp.where(jnp.isfinite(s_hat), s_hat, 0).at[L].set(0)
     # Same-pass bottlenecks on a flow's route all have share == its level; their W includes w_f.
     same_pass = st.pass_of_link[r] == st.pass_of_flow[:, None]
