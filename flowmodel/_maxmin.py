@@ -176,6 +176,14 @@ def _solve_sparse(routes, members, capacity, weights, rate_limit, *, candidates:
         vals = jnp.broadcast_to(jnp.where(mask, values, 0)[..., None], links.shape).astype(vec.dtype)
         return vec.at[links.reshape(-1)].add(vals.reshape(-1))
 
+    def release(W, n_on, frozen, flows, rate, mask):  # masked flows leave W and n_on, add rate to frozen
+        links = r[flows].reshape(-1)
+        vals = jnp.stack([jnp.where(mask, -w[flows], 0), jnp.where(mask, -1, 0).astype(dtype),
+                          jnp.where(mask, rate, 0)], axis=-1)
+        vals = jnp.broadcast_to(vals[..., None, :], r[flows].shape + (3,)).reshape(-1, 3)
+        delta = jnp.zeros((L + 1, 3), dtype).at[links].add(vals)  # one scatter for all three sums
+        return W + delta[:, 0], n_on + delta[:, 1].astype(jnp.int32), frozen + delta[:, 2]
+
     def flow_level(flows, s):
         return jnp.minimum(jnp.min(s[r[flows]], axis=-1), cap_level[flows])
 
@@ -201,9 +209,7 @@ def _solve_sparse(routes, members, capacity, weights, rate_limit, *, candidates:
         freeze_f = jnp.where(sel, fl, F)
         pass_f = pass_f.at[freeze_f].set(p)
         bneck = bneck.at[freeze_f].set(jnp.broadcast_to(cand[:, None], fl.shape))
-        W = scatter_add(W, fl, -w[fl], sel)
-        n_on = scatter_add(n_on, fl, -1, sel)
-        frozen = scatter_add(frozen, fl, slot_rate, sel)
+        W, n_on, frozen = release(W, n_on, frozen, fl, slot_rate, sel)
         new_active = active.at[freeze_f].set(False)
         if has_caps:
             cw = jax.lax.dynamic_slice(cap_order, (ptr,), (Bc,))
@@ -212,9 +218,7 @@ def _solve_sparse(routes, members, capacity, weights, rate_limit, *, candidates:
             crate = w[cw] * cap_level[cw]
             pass_f = pass_f.at[cfree_f].set(p)
             bneck = bneck.at[cfree_f].set(L)
-            W = scatter_add(W, cw, -w[cw], cfree)
-            n_on = scatter_add(n_on, cw, -1, cfree)
-            frozen = scatter_add(frozen, cw, crate, cfree)
+            W, n_on, frozen = release(W, n_on, frozen, cw, crate, cfree)
             new_active = new_active.at[cfree_f].set(False)
             done = ~new_active[cw]
             ptr = jnp.minimum(ptr + jnp.sum(jnp.cumprod(done), dtype=jnp.int32), F)
