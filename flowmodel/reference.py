@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 
-def _links_of(routes: np.ndarray, num_links: int):
+def _links_of(routes: np.ndarray):
     """(flow index, link index) pairs of the incidence, padding dropped."""
     r = np.asarray(routes)
     flow, hop = np.nonzero(r >= 0)
@@ -29,7 +29,7 @@ def maxmin_rates(routes, capacity, weights=None, rate_limit=None, *, rtol: float
     F, L = routes.shape[0], cap.shape[0]
     w = np.ones(F) if weights is None else np.asarray(weights, dtype=np.float64)
     limit = np.full(F, np.inf) if rate_limit is None else np.asarray(rate_limit, dtype=np.float64)
-    flow, link = _links_of(routes, L)
+    flow, link = _links_of(routes)
     cap_level = limit / w
 
     rates = np.zeros(F)
@@ -71,7 +71,7 @@ def maxmin_violations(routes, capacity, rates, weights=None, rate_limit=None, *,
     F, L = routes.shape[0], cap.shape[0]
     w = np.ones(F) if weights is None else np.asarray(weights, dtype=np.float64)
     limit = np.full(F, np.inf) if rate_limit is None else np.asarray(rate_limit, dtype=np.float64)
-    flow, link = _links_of(routes, L)
+    flow, link = _links_of(routes)
     out = []
 
     bad = np.flatnonzero(~np.isfinite(x) | (x < 0) | (x > limit * (1 + rtol)))
@@ -95,7 +95,7 @@ def maxmin_violations(routes, capacity, rates, weights=None, rate_limit=None, *,
 
 def link_loads(routes, rates, num_links: int) -> np.ndarray:
     """float64[L]: sum of the rates of the flows crossing each link."""
-    flow, link = _links_of(routes, num_links)
+    flow, link = _links_of(routes)
     return np.bincount(link, weights=np.asarray(rates, np.float64)[flow], minlength=num_links)
 
 
