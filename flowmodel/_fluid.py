@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _checks
-from ._maxmin import _adjoint, _prepare, _solve, _solve_sparse, link_members, pass_window
+from ._maxmin import MaxMinStructure, _adjoint, _prepare, _solve, _solve_sparse, link_members, pass_window
 from ._types import Array, Float, Int
 
 _TIE = 1e-12  # completions within this relative gap count as one event
@@ -112,7 +112,10 @@ def _simulate(routes, members, sizes, capacity, weights, rate_limit, start_times
         count=jnp.int32(1),
     )
     rates0 = jnp.zeros(F, dtype)
-    _, st0 = _rates(routes, members, capacity, weights, rate_limit, jnp.zeros(F, bool), None, None, has_caps)
+    st0 = MaxMinStructure(  # nothing solved yet: the first event re-fills everything
+        pass_of_flow=jnp.full(F, -1, jnp.int32), bottleneck=jnp.full(F, L, jnp.int32),
+        pass_of_link=jnp.full(L + 1, -1, jnp.int32), share=jnp.full(L + 1, jnp.inf, dtype),
+        weight_at=jnp.zeros(L + 1, dtype), num_passes=jnp.int32(0))
     init = (jnp.int32(0), t0, sizes, arrived0, jnp.zeros(F, bool), jnp.full(F, jnp.inf, dtype), rates0, st0,
             jnp.asarray(-jnp.inf, dtype), ev0)
     state = jax.lax.while_loop(lambda s: ~jnp.all(s[4]) & (s[0] < max_events), body, init)
