@@ -19,7 +19,7 @@ import numpy as np
 
 from .._checks import is_traced
 from .._types import Array, Float
-from ._build import CAPACITY, OVERSUBSCRIPTION
+from ._build import CAPACITY
 
 
 class Network(eqx.Module):
@@ -215,5 +215,3 @@ def apply_groups(network: Network, info: FabricInfo, params: Mapping[str, float 
         capacity = capacity.at[group.links].set(group.capacity(jnp.asarray(value, capacity.dtype)))
     return eqx.tree_at(lambda n: n.capacity, network, capacity)
 
-
-__all__ = ["CAPACITY", "OVERSUBSCRIPTION", "FabricInfo", "LinkGroup", "Network", "apply_groups", "compile_fabric", "to_networkx"]
