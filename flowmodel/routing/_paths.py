@@ -7,16 +7,18 @@ are up-down paths to the border routers joined by the k shortest site-level path
 links (both ways round a ring for k=2); a candidate is *equal-cost* when its site-level path is a
 shortest one (by fibre length, hop count breaking ties), and every intra-site candidate is.
 
-Per pair at most ``max_paths`` candidates are kept, sampled without replacement by a generator seeded
-with (seed, the two leaves), so the choice is deterministic; between sites the budget is shared
+Per pair at most ``max_paths`` candidates are kept, a sample without replacement drawn by a generator
+seeded with (seed, the two leaves), so the choice is deterministic; between sites the budget is shared
 evenly by the site-level paths so that every one of them is represented. Candidates are computed
 per leaf pair and cached: many GPU pairs share them.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import itertools
+import random
 
 import networkx as nx
 import numpy as np
@@ -73,6 +75,7 @@ class Router:
         src, dst, tier, direction = info.src, info.dst, info.tier, info.direction
         index = {(int(u), int(v)): i for i, (u, v) in enumerate(zip(src, dst))}
         self._reverse = np.array([index.get((int(v), int(u)), -1) for u, v in zip(src, dst)], dtype=np.int64)
+        self._reverse_list = self._reverse.tolist()
         scale_up = tier == "scale_up"
         self._up: dict[int, list[tuple[int, int]]] = {}
         for i in np.flatnonzero((direction == "up") & ~scale_up):
@@ -90,6 +93,8 @@ class Router:
         self._long_haul = {(info.site_of(int(src[i])), info.site_of(int(dst[i]))): int(i)
                            for i in np.flatnonzero(tier == "long_haul")}
         self._up_memo: dict[int, dict[int, list[tuple[int, ...]]]] = {}
+        self._down_memo: dict[int, tuple[dict, dict]] = {}
+        self._level_memo: dict[int, list[tuple[int, frozenset[int]]]] = {}
         self._pair_memo: dict[tuple[int, int], tuple[list[tuple[int, ...]], list[bool]]] = {}
         self._site_memo: dict[tuple[str, str], list[tuple[tuple[int, ...], bool]]] = {}
 
@@ -105,16 +110,35 @@ class Router:
             self._up_memo[node] = memo
         return memo
 
-    def _down(self, up_path: tuple[int, ...]) -> tuple[int, ...] | None:
-        """The reverse of an upward path (top first), or None if a reverse link is missing."""
-        rev = self._reverse[list(reversed(up_path))] if up_path else np.zeros(0, np.int64)
-        return None if (rev < 0).any() else tuple(int(x) for x in rev)
+    def _down_paths(self, node: int) -> tuple[dict[int, list[tuple[int, ...]]], dict[int, int]]:
+        """Every downward path into ``node`` by the ancestor it starts at (paths with a missing reverse
+        link dropped), and the hop count to each ancestor."""
+        memo = self._down_memo.get(node)
+        if memo is None:
+            rev = self._reverse_list
+            down, hops = {}, {}
+            for anc, paths in self._up_paths(node).items():
+                hops[anc] = len(paths[0])
+                down[anc] = [d for d in (tuple(rev[x] for x in reversed(p)) for p in paths) if -1 not in d]
+            memo = self._down_memo[node] = (down, hops)
+        return memo
 
-    def _sample(self, total: int, budget: int, key: tuple[int, ...]) -> np.ndarray:
+    def _levels(self, node: int) -> list[tuple[int, frozenset[int]]]:
+        """Ancestors of ``node`` grouped by hop count (0: the node itself)."""
+        memo = self._level_memo.get(node)
+        if memo is None:
+            by_hops: dict[int, set[int]] = {}
+            for anc, h in self._down_paths(node)[1].items():
+                by_hops.setdefault(h, set()).add(anc)
+            memo = self._level_memo[node] = [(h, frozenset(by_hops[h])) for h in sorted(by_hops)]
+        return memo
+
+    def _sample(self, total: int, budget: int, key: tuple) -> list[int]:
+        """``budget`` indices of ``range(total)``, always the same for the same (seed, key)."""
         if total <= budget:
-            return np.arange(total)
-        rng = np.random.default_rng([self.seed, *key])
-        return np.sort(rng.choice(total, size=budget, replace=False))
+            return list(range(total))
+        rng = random.Random("/".join(map(str, (self.seed, *key))))  # str seeds hash with sha512: stable
+        return sorted(rng.sample(range(total), budget))
 
     def _site_level(self, a: str, b: str) -> list[tuple[tuple[int, ...], bool]]:
         """k shortest site-level paths a -> b as long-haul link tuples, with their equal-cost flag."""
@@ -141,60 +165,66 @@ class Router:
         if a == b:
             result = ([()], [True])
         else:
-            ua, ub = self._up_paths(a), self._up_paths(b)
-            common = [t for t in ua if t in ub]
+            ua, db = self._up_paths(a), self._down_paths(b)[0]
+            best, common = None, []
+            for h1, above_a in self._levels(a):
+                for h2, above_b in self._levels(b):
+                    if (best is None or h1 + h2 < best) and h1 + h2 > 0:
+                        shared = above_a & above_b
+                        if shared:
+                            best, common = h1 + h2, sorted(shared)
             if common:
-                hops = {t: len(ua[t][0]) + len(ub[t][0]) for t in common}
-                best = min(hops.values())
-                combos = [(up, ub_path) for t in common if hops[t] == best for up in ua[t] for ub_path in ub[t]]
+                sizes = [len(ua[t]) * len(db[t]) for t in common]
+                ends = list(itertools.accumulate(sizes))
                 paths = []
-                for i in self._sample(len(combos), self.max_paths, (a, b)):
-                    up, ub_path = combos[i]
-                    down = self._down(ub_path)
-                    if down is not None:
-                        paths.append(up + down)
+                for i in self._sample(ends[-1], self.max_paths, key):
+                    j = bisect.bisect_right(ends, i)
+                    t, i = common[j], i - (ends[j] - sizes[j])
+                    down = db[t]
+                    paths.append(ua[t][i // len(down)] + down[i % len(down)])
                 result = (paths, [True] * len(paths))
             else:
-                result = self._across(a, b, ua, ub)
+                result = self._across(a, b)
         self._pair_memo[key] = result
         return result
 
-    def _across(self, a, b, ua, ub):
+    def _across(self, a: int, b: int) -> tuple[list[tuple[int, ...]], list[bool]]:
         info = self.info
         sa, sb = info.site_of(a), info.site_of(b)
-        ba, bb = self._border.get(sa), self._border.get(sb)
-        ups, downs = ua.get(ba, []), ub.get(bb, [])
+        ups = self._up_paths(a).get(self._border.get(sa), [])
+        downs = self._down_paths(b)[0].get(self._border.get(sb), [])
         site_paths = self._site_level(sa, sb) if ups and downs else []
         paths, equal = [], []
         if site_paths:
             budget = max(1, self.max_paths // len(site_paths))
             for s, (lh, eq) in enumerate(site_paths):
                 for i in self._sample(len(ups) * len(downs), budget, (a, b, s)):
-                    down = self._down(downs[i % len(downs)])
-                    if down is not None:
-                        paths.append(ups[i // len(downs)] + lh + down)
-                        equal.append(eq)
+                    paths.append(ups[i // len(downs)] + lh + downs[i % len(downs)])
+                    equal.append(eq)
         return paths, equal
 
     # ----- flows --------------------------------------------------------------------------------
-    def _endpoint(self, rank: int, up: bool):
-        """(NIC link, leaf node) of a GPU, or None if it has no working NIC."""
-        node = int(self.info.gpus[rank])
-        if up:
-            for parent, link in self._up.get(node, []):
-                return link, parent
-            return None
-        for parent, link in self._up.get(node, []):
-            rev = int(self._reverse[link])
-            if rev >= 0:
-                return rev, parent
-        return None
+    def _endpoints(self):
+        """Per rank: NIC up link and its leaf, NIC down link into it (-1 where missing)."""
+        if not hasattr(self, "_ends"):
+            G = self.info.num_gpus
+            up_link, leaf, down_link = (np.full(G, -1, np.int64) for _ in range(3))
+            for rank, node in enumerate(self.info.gpus.tolist()):
+                for parent, link in self._up.get(node, [])[:1]:  # one NIC per GPU
+                    up_link[rank], leaf[rank], down_link[rank] = link, parent, self._reverse[link]
+            self._ends = up_link, leaf, down_link
+        return self._ends
+
+    def _between_array(self, a: int, b: int):
+        paths, eq = self._between(a, b)
+        width = max((len(p) for p in paths), default=0)
+        block = np.full((len(paths), width), -1, np.int64)
+        for i, p in enumerate(paths):
+            block[i, :len(p)] = p
+        return block, np.array([len(p) for p in paths], np.int64), np.array(eq, bool)
 
     def _scale_up_path(self, s: int, d: int) -> tuple[int, ...] | None:
-        info = self.info
-        if info.gpu_domain[s] < 0 or info.gpu_domain[s] != info.gpu_domain[d]:
-            return None
-        a, b = int(info.gpus[s]), int(info.gpus[d])
+        a, b = int(self.info.gpus[s]), int(self.info.gpus[d])
         direct = self._scale_up.get((a, b))
         if direct is not None:
             return (direct,)
@@ -228,46 +258,68 @@ class Router:
         same = np.flatnonzero(src == dst)
         if same.size:
             raise ValueError(f"src[{same[0]}] == dst[{same[0]}] = {src[same[0]]}: a flow needs two GPUs")
+        F = src.size
+        alive = (info.gpus[src] >= 0) & (info.gpus[dst] >= 0)
 
-        rows: list[tuple[int, ...]] = []
-        flow_of: list[int] = []
-        equal: list[bool] = []
-        count = np.zeros(src.size, np.int64)
-        for f, (s, d) in enumerate(zip(src.tolist(), dst.tolist())):
-            paths, eq = self._gpu_paths(s, d)
-            rows += paths
-            equal += eq
-            flow_of += [f] * len(paths)
-            count[f] = len(paths)
+        # scale-up pairs: one path inside the domain, else they fall through to the scale-out fabric
+        parts = []  # (flow, links [n, w], equal-cost)
+        inside = np.flatnonzero(alive & (info.gpu_domain[src] >= 0) & (info.gpu_domain[src] == info.gpu_domain[dst]))
+        direct = [(f, self._scale_up_path(src[f], dst[f])) for f in inside.tolist()]
+        done = np.zeros(F, bool)
+        direct = [(f, p) for f, p in direct if p is not None]
+        if direct:
+            flows = np.array([f for f, _ in direct], np.int64)
+            block = np.full((flows.size, 2), -1, np.int64)
+            for i, (_, p) in enumerate(direct):
+                block[i, :len(p)] = p
+            parts.append((flows, block, np.ones(flows.size, bool)))
+            done[flows] = True
+
+        up_link, leaf, down_link = self._endpoints()
+        rest = np.flatnonzero(alive & ~done & (up_link[src] >= 0) & (down_link[dst] >= 0))
+        if rest.size:
+            N = len(info.nodes)
+            uniq, inv = np.unique(leaf[src[rest]] * N + leaf[dst[rest]], return_inverse=True)
+            blocks = [self._between_array(int(u // N), int(u % N)) for u in uniq.tolist()]
+            n_u = np.array([b[0].shape[0] for b in blocks], np.int64)
+            width = max(b[0].shape[1] for b in blocks)
+            middle = np.full((n_u.sum(), width), -1, np.int64)
+            offs = np.concatenate([[0], np.cumsum(n_u)[:-1]])
+            for o, (block, _, _) in zip(offs, blocks):
+                middle[o:o + block.shape[0], :block.shape[1]] = block
+            lens = np.concatenate([b[1] for b in blocks])
+            eqs = np.concatenate([b[2] for b in blocks])
+            per_flow = n_u[inv]
+            owner = np.repeat(np.arange(rest.size), per_flow)
+            within = np.arange(owner.size) - np.repeat(np.cumsum(per_flow) - per_flow, per_flow)
+            m = offs[inv][owner] + within
+            flows = rest[owner]
+            block = np.full((owner.size, width + 2), -1, np.int64)
+            block[:, 0] = up_link[src[flows]]
+            block[:, 1:width + 1] = middle[m]
+            block[np.arange(owner.size), 1 + lens[m]] = down_link[dst[flows]]
+            parts.append((flows, block, eqs[m]))
+
+        width = max((p[1].shape[1] for p in parts), default=1)
+        links = np.full((sum(p[0].size for p in parts), width), -1, np.int32)
+        row = 0
+        for _, block, _ in parts:
+            links[row:row + block.shape[0], :block.shape[1]] = block
+            row += block.shape[0]
+        flow = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
+        eq = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, bool)
+        count = np.bincount(flow, minlength=F).astype(np.int64)
         lost = np.flatnonzero(count == 0)
         if lost.size and unreachable == "raise":
             names = ", ".join(f"{src[f]} ({self._gpu_name(src[f])}) -> {dst[f]} ({self._gpu_name(dst[f])})"
                               for f in lost[:3])
-            raise ValueError(f"routing: {lost.size} of {src.size} flows have no path, e.g. {names}")
-        width = max((len(r) for r in rows), default=1)
-        links = np.full((len(rows), width), -1, dtype=np.int32)
-        for i, r in enumerate(rows):
-            links[i, :len(r)] = r
-        flow = np.asarray(flow_of, dtype=np.int64)
-        eq = np.asarray(equal, dtype=bool)
-        order = np.lexsort((~eq, flow))  # per flow, equal-cost first
+            raise ValueError(f"routing: {lost.size} of {F} flows have no path, e.g. {names}")
+        order = np.lexsort((~eq, flow))  # grouped by flow, equal-cost first (stable otherwise)
         first = np.concatenate([[0], np.cumsum(count)[:-1]])
-        num_equal = np.bincount(flow[eq], minlength=src.size).astype(np.int64)
-        return Candidates(src=src, dst=dst, links=links[order], flow=flow[order], equal_cost=eq[order], first=first,
-                          count=count, num_equal=num_equal, unreachable=lost)
+        num_equal = np.bincount(flow[eq], minlength=F).astype(np.int64)
+        return Candidates(src=src, dst=dst, links=links[order], flow=flow[order], equal_cost=eq[order],
+                          first=first, count=count, num_equal=num_equal, unreachable=lost)
 
     def _gpu_name(self, rank: int) -> str:
         node = int(self.info.gpus[rank])
         return self.info.nodes[node] if node >= 0 else "failed"
-
-    def _gpu_paths(self, s: int, d: int) -> tuple[list[tuple[int, ...]], list[bool]]:
-        if self.info.gpus[s] < 0 or self.info.gpus[d] < 0:
-            return [], []
-        direct = self._scale_up_path(s, d)
-        if direct is not None:
-            return [direct], [True]
-        out, into = self._endpoint(s, up=True), self._endpoint(d, up=False)
-        if out is None or into is None:
-            return [], []
-        middle, eq = self._between(out[1], into[1])
-        return [(out[0],) + m + (into[0],) for m in middle], list(eq)

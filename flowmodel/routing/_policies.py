@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._checks import is_traced
+from .._hashing import hash_keys as _hash
 from ._paths import Candidates, Router
 
 
@@ -68,21 +69,6 @@ class SubFlows:
         """float[F] each flow's total rate over its sub-flows."""
         return jax.ops.segment_sum(jnp.asarray(sub_rates), self.parent, num_segments=self.num_flows,
                                    indices_are_sorted=True)
-
-
-def _splitmix(x: np.ndarray) -> np.ndarray:
-    x = x + np.uint64(0x9E3779B97F4A7C15)
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
-
-
-def _hash(*keys) -> np.ndarray:
-    h = np.zeros(np.broadcast(*keys).shape, np.uint64)
-    with np.errstate(over="ignore"):
-        for k in keys:
-            h = _splitmix(h ^ np.asarray(k).astype(np.uint64))
-    return h
 
 
 def _occurrence(c: Candidates) -> np.ndarray:
