@@ -1,0 +1,15 @@
+"""Step time: communication phases timed on a fabric, pipeline schedules, training steps."""
+
+from ._comm import DOMAINS as DOMAINS
+from ._comm import RoutedPhase as RoutedPhase
+from ._comm import background_load as background_load
+from ._comm import phase_finish as phase_finish
+from ._comm import phase_time as phase_time
+from ._comm import residual_capacity as residual_capacity
+from ._comm import route_phase as route_phase
+from ._schedule import evaluate_schedule as evaluate_schedule
+from ._schedule import one_f_one_b as one_f_one_b
+from ._training import StepResult as StepResult
+from ._training import TrainingPlan as TrainingPlan
+from ._training import plan_training as plan_training
+from ._training import step_time as step_time

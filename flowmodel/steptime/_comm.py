@@ -1,0 +1,127 @@
+"""Time of communication phases on a fabric: route the flows, then run the kernels.
+
+``route_phase`` does the discrete work once (candidate paths, policy, which domains the flows cross);
+``phase_time`` is a pure function of capacity and latency, so it can be jitted, vmapped over fabrics
+and differentiated. A phase's time is its bandwidth term, the makespan of its flows under fluid
+max-min sharing (``completion_times``; the smooth model uses alpha-fair rates and a soft max), plus
+its latency term ``steps x (longest route latency + alpha)``, where ``alpha`` is the per-step
+software latency (a calibration parameter: NCCL's per-message overhead).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._checks import is_traced
+from .._congestion import link_bytes, route_latency, soft_max
+from .._fluid import completion_times
+from .._smooth import smooth_maxmin_rates
+from ..fabric._network import FabricInfo
+from ..routing import Router, SubFlows, route
+from ..traffic._collectives import Phase
+
+DOMAINS = ("scale_up", "scale_out", "scale_across")
+
+
+def domain_of(info: FabricInfo, routes: np.ndarray) -> str:
+    """The widest domain any of the routes crosses: scale_across (long-haul), scale_out, scale_up."""
+    used = routes[routes >= 0]
+    tiers = set(info.tier[np.unique(used)].tolist()) if used.size else set()
+    if "long_haul" in tiers:
+        return "scale_across"
+    if tiers - {"scale_up"}:
+        return "scale_out"
+    return "scale_up"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RoutedPhase:
+    """A phase with its flows routed: sub-flows, their bytes, and the domain they cross."""
+
+    phase: Phase
+    sub: SubFlows | None  # None for an empty phase
+    sizes: np.ndarray
+    domain: str
+
+    @property
+    def steps(self) -> int:
+        return self.phase.steps
+
+
+def route_phase(phase: Phase, router: Router, policy: str = "ecmp", *, seed: int = 0, qps: int = 4,
+                logits=None) -> RoutedPhase:
+    """Route a phase's flows with ``policy`` (see ``flowmodel.routing.route``)."""
+    if phase.num_flows == 0:
+        return RoutedPhase(phase, None, np.zeros(0), "scale_up")
+    sub = route(router, phase.src, phase.dst, policy, seed=seed, qps=qps, logits=logits)
+    return RoutedPhase(phase, sub, phase.bytes, domain_of(router.info, sub.routes))
+
+
+def background_load(router: Router, src, dst, rate, *, policy: str = "ecmp", seed: int = 0) -> np.ndarray:
+    """float64[L] bytes/s that constant-rate background flows ``src -> dst`` put on each link."""
+    rate = np.broadcast_to(np.asarray(rate, np.float64), np.shape(src))
+    bad = np.flatnonzero(~(np.isfinite(rate) & (rate > 0)))
+    if bad.size:
+        raise ValueError(f"background.rate[{bad[0]}]: must be > 0 and finite bytes/s, got {rate[bad[0]]}")
+    sub = route(router, src, dst, policy, seed=seed)
+    return np.asarray(link_bytes(jnp.asarray(sub.routes), jnp.asarray(sub.sizes(rate)), router.info.num_links))
+
+
+def residual_capacity(capacity, background, info: FabricInfo | None = None):
+    """Capacity left to the modelled traffic once background classes take theirs (served first).
+
+    Raises if background traffic alone fills a link: the fabric cannot carry it, let alone the job.
+    """
+    if background is None:
+        return capacity
+    left = capacity - background
+    if not is_traced(left):
+        full = np.flatnonzero(np.asarray(left) <= 0)
+        if full.size:
+            link = full[0]
+            name = info.link_name(link) if info is not None else f"link {link}"
+            raise ValueError(f"background: {name} carries {float(np.asarray(background)[link]):.4g} bytes/s of "
+                             f"background traffic, more than its capacity {float(np.asarray(capacity)[link]):.4g}")
+    return left
+
+
+def phase_time(rp: RoutedPhase, capacity, latency, *, alpha: float = 0.0, sharpness: float | None = None,
+               start_times=None):
+    """Seconds from the phase's start until its last flow finishes, latency term included.
+
+    Args:
+      capacity, latency: float[L] (after background reservations).
+      alpha: per-step software latency (s).
+      sharpness: ``None`` for the exact fluid model; a number for the smooth relaxation (alpha-fair
+        rates with that sharpness, no re-sharing, soft max with temperature = mean time / sharpness).
+      start_times: optional float[F] per-flow offsets (s) within the phase.
+    """
+    if rp.sub is None:
+        return jnp.zeros((), jnp.asarray(capacity).dtype)
+    sub = rp.sub
+    sizes = sub.sizes(rp.sizes)
+    weights = sub.weights()
+    starts = None if start_times is None else jnp.asarray(start_times)[sub.parent]
+    if sharpness is None:
+        finish = completion_times(sub.routes, sizes, capacity, weights=weights, start_times=starts)
+        bandwidth = jnp.max(sub.flow_finish(finish))
+    else:
+        rates = smooth_maxmin_rates(sub.routes, capacity, weights=weights, sharpness=sharpness)
+        times = sizes / rates + (0.0 if starts is None else starts)
+        bandwidth = soft_max(times, jax.lax.stop_gradient(jnp.mean(times)) / sharpness)
+    hop = jnp.max(route_latency(jnp.asarray(sub.routes), latency))
+    return bandwidth + rp.steps * (hop + alpha)
+
+
+def phase_finish(rp: RoutedPhase, capacity, latency, start_times, *, alpha: float = 0.0):
+    """float[F] absolute finish of every flow of ``rp`` started at ``start_times`` (exact model),
+    each plus the phase's latency term; flows of different start times share links while they overlap."""
+    sub = rp.sub
+    finish = completion_times(sub.routes, sub.sizes(rp.sizes), capacity, weights=sub.weights(),
+                              start_times=jnp.asarray(start_times)[sub.parent])
+    hop = jnp.max(route_latency(jnp.asarray(sub.routes), latency))
+    return sub.flow_finish(finish) + rp.steps * (hop + alpha)

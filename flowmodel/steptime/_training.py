@@ -1,0 +1,238 @@
+"""Step time of a training job: Megatron-style traffic, an interleaved 1F1B pipeline, overlapped DP.
+
+Per layer and micro-batch, tensor parallelism with sequence parallelism runs two all-gathers and two
+reduce-scatters of the ``b x s x h`` activation in the forward pass and again in the backward pass,
+blocking (DOMAIN.md); context parallelism all-gathers K and V forward and reduce-scatters their
+gradients backward; MoE layers run two all-to-alls (dispatch, combine) each way. A virtual stage's
+forward time is its layers' compute plus that communication; backward compute is twice forward.
+Pipeline stages send ``b x s x h / (tp x cp)`` bytes per rank per micro-batch each way. Each
+virtual stage's DP gradient all-reduce starts when its last backward ends; all of them, across
+stages, run in one fluid simulation with those start times, so DP rings that overlap in time share
+links. The step ends when the pipeline and every DP reduction have finished.
+
+Every collective kind is simulated with all its groups at once (all TP groups of the job run their
+all-gather together), so the groups contend on shared links; kinds that run at different moments of
+the schedule are simulated apart, except the DP reductions (above).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+
+from .._congestion import scheduled_bound
+from ..fabric._network import FabricInfo, Network
+from ..routing import Router
+from ..traffic._collectives import Phase, all_gather, all_reduce, all_to_all, reduce_scatter, send_recv
+from ..traffic._workload import Training
+from ._comm import RoutedPhase, phase_finish, phase_time, residual_capacity, route_phase
+from ._schedule import evaluate_schedule, one_f_one_b
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TrainingPlan:
+    """The discrete part of a training step on a fabric: placement, collectives, routes."""
+
+    job: Training
+    grid: np.ndarray  # int64[dp, pp, cp, tp]
+    layers: np.ndarray  # int64[V] layers per virtual stage
+    collectives: dict[str, list[RoutedPhase]]  # per-layer kinds: tp_all_gather, ..., each a list of phases
+    pp_forward: list[list[RoutedPhase] | None]  # per rank s: s -> s+1
+    pp_backward: list[list[RoutedPhase] | None]
+    dp: RoutedPhase | None  # every virtual stage's DP reduction in one phase
+    dp_stage: np.ndarray  # int64[F] virtual stage of each DP flow
+    schedule: list
+    domains: dict[str, str]
+
+
+def _stage_layers(layers: int, V: int) -> np.ndarray:
+    return np.array([len(a) for a in np.array_split(np.arange(layers), V)], np.int64)
+
+
+def plan_training(job: Training, info: FabricInfo, router: Router, *, policy: str = "ecmp", seed: int = 0,
+                  qps: int = 4) -> TrainingPlan:
+    """Place the job, turn its traffic into collectives and route them (``policy`` as in routing)."""
+    par, model = job.parallelism, job.model
+    ranks = job.job_ranks(info.num_gpus)
+    grid = par.grid(ranks)  # [dp, pp, cp, tp]
+    if not par.tp_across_domains and par.tp > 1:
+        dom = info.gpu_domain[grid]
+        split = np.argwhere((dom != dom[..., :1]).any(axis=-1) | (dom[..., 0] < 0))
+        if split.size:
+            d, s, c = split[0]
+            raise ValueError(f"parallelism.tp: TP group {grid[d, s, c].tolist()} spans scale-up domains "
+                             f"(tp = {par.tp}); place it inside one domain or set tp_across_domains")
+    b, h, dt = job.micro_batch, model.hidden, model.dtype_bytes
+    seq = model.seq_len // par.cp
+
+    def rp(collective):
+        return [route_phase(ph, router, policy, seed=seed, qps=qps) for ph in collective.phases]
+
+    tp_groups = grid.reshape(-1, par.tp)
+    collectives: dict[str, list[RoutedPhase]] = {}
+    if par.tp > 1:
+        activation = b * seq * h * dt
+        collectives["tp_all_gather"] = rp(all_gather(tp_groups, activation))
+        collectives["tp_reduce_scatter"] = rp(reduce_scatter(tp_groups, activation))
+    if par.cp > 1:
+        cp_groups = grid.transpose(0, 1, 3, 2).reshape(-1, par.cp)
+        kv = 2 * b * model.seq_len * model.kv_dim * dt / par.tp
+        collectives["cp_all_gather"] = rp(all_gather(cp_groups, kv))
+        collectives["cp_reduce_scatter"] = rp(reduce_scatter(cp_groups, kv))
+    if model.experts and par.ep > 1:
+        ep_groups = grid.reshape(par.dp // par.ep, par.ep, par.pp, par.cp, par.tp).transpose(0, 2, 3, 4, 1)
+        tokens = b * seq / par.tp
+        collectives["ep_all_to_all"] = rp(all_to_all(ep_groups.reshape(-1, par.ep), tokens * model.top_k * h * dt))
+
+    p, v = par.pp, par.virtual_stages
+    pp_fwd, pp_bwd = [None] * p, [None] * p
+    if p > 1:
+        shard = b * seq * h * dt / par.tp
+        links = range(p) if v > 1 else range(p - 1)  # interleaving also sends from the last rank to the first
+        for s in links:
+            a, c = grid[:, s].reshape(-1), grid[:, (s + 1) % p].reshape(-1)
+            pp_fwd[s] = rp(send_recv(a, c, shard))
+            pp_bwd[s] = rp(send_recv(c, a, shard))
+
+    V = p * v
+    layers = _stage_layers(model.layers, V)
+    dp_plan, dp_stage = None, np.zeros(0, np.int64)
+    if par.dp * par.cp > 1:
+        embed = model.vocab * model.hidden
+        params = layers * model.layer_params + embed * ((np.arange(V) == 0) + (np.arange(V) == V - 1))
+        src, dst, size, stage = [], [], [], []
+        steps = 0
+        for k in range(V):
+            groups = grid[:, k % p].transpose(2, 0, 1).reshape(par.tp, -1)  # DP x CP ranks per TP rank
+            ph = all_reduce(groups, params[k] / par.tp * job.grad_bytes, job.algorithm).phases
+            if len(ph) != 1:
+                raise ValueError(f"training.algorithm: {job.algorithm!r} has {len(ph)} phases; the overlapped DP "
+                                 "reduction takes a one-phase all-reduce (ring or tree)")
+            src.append(ph[0].src)
+            dst.append(ph[0].dst)
+            size.append(ph[0].bytes)
+            stage.append(np.full(ph[0].num_flows, k))
+            steps = ph[0].steps
+        merged = Phase(np.concatenate(src), np.concatenate(dst), np.concatenate(size), steps)
+        dp_plan, dp_stage = route_phase(merged, router, policy, seed=seed, qps=qps), np.concatenate(stage)
+
+    domains = {name: phases[0].domain for name, phases in collectives.items()}
+    if p > 1:
+        domains["pp"] = pp_fwd[0][0].domain
+    if dp_plan is not None:
+        domains["dp"] = dp_plan.domain
+    return TrainingPlan(job, grid, layers, collectives, pp_fwd, pp_bwd, dp_plan, dp_stage,
+                        one_f_one_b(p, job.micro_batches, v), domains)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepResult:
+    """Step time (s) and where it goes.
+
+    ``breakdown`` sums to ``step_time``: ``compute`` and the blocking communication (``tp``, ``cp``,
+    ``ep``) of the busiest pipeline rank, ``pipeline`` (bubble and waits for point-to-point sends on
+    that rank), ``dp`` (DP reduction left exposed after the pipeline drains). ``by_domain`` puts the
+    exposed communication into scale-up / scale-out / scale-across by the links its flows cross.
+    ``collectives`` gives each kind's time per call and its efficiency against the bandwidth bound.
+    """
+
+    step_time: object
+    breakdown: dict
+    by_domain: dict
+    collectives: dict
+
+
+def _seq_time(phases: list[RoutedPhase], capacity, latency, alpha, sharpness):
+    return sum(phase_time(ph, capacity, latency, alpha=alpha, sharpness=sharpness) for ph in phases)
+
+
+def step_time(plan: TrainingPlan, network: Network, *, info: FabricInfo | None = None, background=None,
+              alpha: float = 0.0, sharpness: float | None = None) -> StepResult:
+    """Evaluate a planned training step on ``network`` (differentiable in its capacity and latency).
+
+    Args:
+      background: optional float[L] bytes/s taken first by constant-rate background classes
+        (``background_load``).
+      alpha: per-step software latency of every collective (s).
+      sharpness: ``None`` for the exact fluid model, a number for the smooth relaxation (search).
+    """
+    job, par, model = plan.job, plan.job.parallelism, plan.job.model
+    capacity = residual_capacity(network.capacity, background, info)
+    latency = network.latency
+
+    def t(name):
+        phases = plan.collectives.get(name)
+        return 0.0 if phases is None else _seq_time(phases, capacity, latency, alpha, sharpness)
+
+    tp = 2 * t("tp_all_gather") + 2 * t("tp_reduce_scatter")  # per layer, each direction
+    cp_f, cp_b = t("cp_all_gather"), t("cp_reduce_scatter")
+    ep = 2 * t("ep_all_to_all")
+    tokens = job.micro_batch * model.seq_len
+    rate = job.peak_flops * job.efficiency
+    layer_compute = model.layer_flops_per_token() * tokens / (par.tp * par.cp) / rate
+    logits = 2 * model.hidden * model.vocab * tokens / (par.tp * par.cp) / rate
+    V = len(plan.layers)
+    head = np.where(np.arange(V) == V - 1, logits, 0.0)
+    compute_f = plan.layers * layer_compute + head
+    comm_f, comm_b = tp + cp_f + ep, tp + cp_b + ep
+    t_forward = [compute_f[k] + plan.layers[k] * comm_f for k in range(V)]
+    t_backward = [2 * compute_f[k] + plan.layers[k] * comm_b for k in range(V)]
+
+    def sends(per_rank):
+        return [0.0 if ph is None else _seq_time(ph, capacity, latency, alpha, sharpness) for ph in per_rank]
+
+    end, free = evaluate_schedule(plan.schedule, t_forward, t_backward, sends(plan.pp_forward), sends(plan.pp_backward))
+    pipeline_end = _max_all(free)
+    finish = pipeline_end
+    dp_exposed = 0.0
+    m = job.micro_batches
+    if plan.dp is not None:
+        last_backward = jnp.stack([jnp.asarray(_last_backward(end, k, m, plan.schedule), capacity.dtype)
+                                   for k in range(V)])
+        starts = last_backward[plan.dp_stage]
+        if sharpness is None:
+            dp_finish = jnp.max(phase_finish(plan.dp, capacity, latency, starts, alpha=alpha))
+        else:
+            dp_finish = phase_time(plan.dp, capacity, latency, alpha=alpha, sharpness=sharpness, start_times=starts)
+        finish = jnp.maximum(pipeline_end, dp_finish)
+        dp_exposed = finish - pipeline_end
+
+    # the busiest rank: most layers (ties: the first)
+    per_rank_layers = [int(plan.layers[s::par.pp].sum()) for s in range(par.pp)]
+    rank = int(np.argmax(per_rank_layers))
+    chunks = range(rank, V, par.pp)
+    compute = m * sum(3 * compute_f[k] for k in chunks)
+    n_layers = m * per_rank_layers[rank]
+    parts = {"compute": compute, "tp": n_layers * 2 * tp, "cp": n_layers * (cp_f + cp_b), "ep": n_layers * 2 * ep}
+    parts["pipeline"] = pipeline_end - sum(parts.values())
+    parts["dp"] = dp_exposed
+    by_domain = {d: 0.0 for d in ("scale_up", "scale_out", "scale_across")}
+    for name, key in (("tp_all_gather", "tp"), ("cp_all_gather", "cp"), ("ep_all_to_all", "ep"), ("dp", "dp")):
+        if name in plan.domains:
+            by_domain[plan.domains[name]] = by_domain[plan.domains[name]] + parts[key]
+    return StepResult(step_time=finish, breakdown=parts, by_domain=by_domain,
+                      collectives=_collective_report(plan, capacity, latency, alpha, sharpness))
+
+
+def _last_backward(end, k, m, schedule):
+    """End of virtual stage k's last backward (its gradients are complete then)."""
+    return _max_all([end[("B", mb, k)] for mb in range(m)])
+
+
+def _max_all(values):
+    values = list(values)
+    out = values[0]
+    for x in values[1:]:
+        out = jnp.maximum(out, x) if not isinstance(out, float) or not isinstance(x, float) else max(out, x)
+    return out
+
+
+def _collective_report(plan, capacity, latency, alpha, sharpness) -> dict:
+    report = {}
+    for name, phases in plan.collectives.items():
+        seconds = _seq_time(phases, capacity, latency, alpha, sharpness)
+        bound = sum(scheduled_bound(ph.sub.routes, ph.sub.sizes(ph.sizes), capacity) for ph in phases if ph.sub)
+        report[name] = {"seconds": seconds, "bound_seconds": bound, "domain": plan.domains[name]}
+    return report

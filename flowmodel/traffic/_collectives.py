@@ -1,0 +1,227 @@
+"""Collectives as phases of flows.
+
+A collective over ``G`` groups of ``n`` ranks (all groups at once: the 128 DP groups of a job run
+their all-reduce together) becomes a short sequence of :class:`Phase` s. A phase is a set of flows
+that run at the same time; an algorithm's ``steps`` synchronous steps are identical in a ring or a
+pipelined tree, so the phase carries each flow's bytes summed over its steps (fluid time is linear in
+bytes, so the bandwidth term is exact) and the step count for the latency term
+``steps x (route latency + per-step software latency)``.
+
+Sizes follow nccl-tests: ``size`` is the buffer each rank contributes to an all-reduce or a
+broadcast, the full output of an all-gather, the full input of a reduce-scatter, and each rank's
+send buffer of an all-to-all. With per-rank bandwidth B on a non-blocking fabric the bandwidth terms
+are the NCCL cost model: all-reduce (S/B) 2(n-1)/n, reduce-scatter and all-gather (S/B)(n-1)/n,
+all-to-all (S/B)(n-1)/n, broadcast S/B.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "send_recv")
+ALGORITHMS = {"all_reduce": ("ring", "tree", "hierarchical"), "reduce_scatter": ("ring",), "all_gather": ("ring",),
+              "all_to_all": ("direct",), "broadcast": ("ring",), "send_recv": ("direct",)}
+
+
+def bus_factor(kind: str, n: int) -> float:
+    """nccl-tests' busbw / algbw factor for ``n`` ranks."""
+    if kind == "all_reduce":
+        return 2 * (n - 1) / n
+    if kind in ("reduce_scatter", "all_gather", "all_to_all"):
+        return (n - 1) / n
+    if kind in ("broadcast", "send_recv"):
+        return 1.0
+    raise ValueError(f"kind: unknown collective {kind!r}; known: {', '.join(KINDS)}")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Phase:
+    """Flows that run at the same time.
+
+    Attributes:
+      src, dst: int64[F] GPU ranks.
+      bytes: float64[F] bytes each flow carries over all the phase's steps.
+      steps: synchronous steps (the latency term is paid once per step).
+    """
+
+    src: np.ndarray
+    dst: np.ndarray
+    bytes: np.ndarray
+    steps: int
+
+    @property
+    def num_flows(self) -> int:
+        return self.src.shape[0]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Collective:
+    """A collective over ``groups`` (int64[G, n] ranks), as phases run one after another."""
+
+    kind: str
+    algorithm: str
+    groups: np.ndarray
+    size: float
+    phases: tuple[Phase, ...]
+
+    @property
+    def group_size(self) -> int:
+        return self.groups.shape[1]
+
+    def bus_bandwidth(self, seconds):
+        """(algbw, busbw) in bytes/s for a run that took ``seconds``: algbw = size / time."""
+        algbw = self.size / seconds
+        return algbw, algbw * bus_factor(self.kind, self.group_size)
+
+
+def _groups(groups) -> np.ndarray:
+    g = np.asarray(groups, dtype=np.int64)
+    if g.ndim == 1:
+        g = g[None, :]
+    if g.ndim != 2 or g.shape[1] < 1 or g.shape[0] < 1:
+        raise ValueError(f"groups: expected int[G, n] ranks (G >= 1 groups of n >= 1), got shape {g.shape}")
+    if (g < 0).any():
+        raise ValueError(f"groups: ranks must be >= 0, got {int(g.min())}")
+    flat = np.sort(g, axis=1)
+    dup = np.flatnonzero((flat[:, 1:] == flat[:, :-1]).any(axis=1))
+    if dup.size:
+        raise ValueError(f"groups[{dup[0]}]: a rank appears twice in {g[dup[0]].tolist()}")
+    return g
+
+
+def _size(size) -> float:
+    if not (isinstance(size, (int, float, np.floating, np.integer)) and math.isfinite(size) and size > 0):
+        raise ValueError(f"size: must be > 0 and finite bytes, got {size!r}")
+    return float(size)
+
+
+def _ring(g: np.ndarray, per_flow: float, steps: int) -> Phase:
+    """Each rank sends to the next in its group (wrapping round)."""
+    if g.shape[1] < 2:
+        return _empty()
+    return Phase(src=g.reshape(-1), dst=np.roll(g, -1, axis=1).reshape(-1),
+                 bytes=np.full(g.size, per_flow), steps=steps)
+
+
+def _empty() -> Phase:
+    z = np.zeros(0, np.int64)
+    return Phase(src=z, dst=z, bytes=np.zeros(0), steps=0)
+
+
+def _btree_parent(rank: int, n: int) -> int:
+    """Parent of ``rank`` in NCCL's bit-based binary tree over 0..n-1 (root 0; odd ranks are leaves)."""
+    bit = 1
+    while bit < n and not bit & rank:
+        bit <<= 1
+    up = (rank ^ bit) | (bit << 1)
+    return up if up < n else rank ^ bit
+
+
+def double_binary_tree(n: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]], int]:
+    """NCCL's two complementary binary trees over positions 0..n-1: (edges of tree 1, of tree 2, depth).
+
+    Edges are (parent, child). Tree 1 is NCCL's bit-based tree, whose leaves are the odd positions;
+    tree 2 is its mirror (n even) or its shift by one (n odd), so a position is interior in at most
+    one tree (n even) and each tree carries half the data.
+    """
+    edges = [(_btree_parent(r, n), r) for r in range(1, n)]
+    other = (lambda q: n - 1 - q) if n % 2 == 0 else (lambda q: (q + 1) % n)
+    parent = dict((c, p) for p, c in edges)
+
+    def level(r):
+        return 0 if r == 0 else 1 + level(parent[r])
+
+    depth = max((level(r) for r in range(n)), default=0)
+    return edges, [(other(a), other(b)) for a, b in edges], max(depth, 1)
+
+
+def all_reduce(groups, size: float, algorithm: str = "ring", *, local_size: int | None = None) -> Collective:
+    """All-reduce of ``size`` bytes per rank in every group.
+
+    Algorithms: ``ring`` (2(n-1) steps of size/n), ``tree`` (NCCL double binary tree: half the data
+    on each tree, reduce and broadcast pipelined, 2 x depth steps), ``hierarchical`` (ring
+    reduce-scatter inside each block of ``local_size`` consecutive ranks, ring all-reduce of size /
+    local_size across blocks over the rails, ring all-gather inside: three phases).
+    """
+    g, S = _groups(groups), _size(size)
+    n = g.shape[1]
+    if algorithm == "ring":
+        phases = (_ring(g, 2 * (n - 1) / n * S, 2 * (n - 1)),)
+    elif algorithm == "tree":
+        if n < 2:
+            phases = (_empty(),)
+        else:
+            t1, t2, depth = double_binary_tree(n)
+            pairs = np.array([(a, b) for a, b in t1 + t2] + [(b, a) for a, b in t1 + t2], dtype=np.int64)
+            src, dst = g[:, pairs[:, 0]].reshape(-1), g[:, pairs[:, 1]].reshape(-1)
+            phases = (Phase(src=src, dst=dst, bytes=np.full(src.size, S / 2), steps=2 * depth),)
+    elif algorithm == "hierarchical":
+        d = local_size
+        if not (isinstance(d, (int, np.integer)) and d >= 1 and n % d == 0):
+            raise ValueError(f"local_size: must be a positive divisor of the group size {n}, got {d!r}")
+        m = n // d
+        local = g.reshape(-1, d)  # blocks of consecutive ranks (one scale-up domain each)
+        rails = g.reshape(g.shape[0], m, d).transpose(0, 2, 1).reshape(-1, m)  # same local index
+        phases = (_ring(local, (d - 1) / d * S, d - 1), _ring(rails, 2 * (m - 1) / m * S / d, 2 * (m - 1)),
+                  _ring(local, (d - 1) / d * S, d - 1))
+    else:
+        raise ValueError(f"algorithm: unknown all-reduce algorithm {algorithm!r}; known: "
+                         f"{', '.join(ALGORITHMS['all_reduce'])}")
+    return Collective("all_reduce", algorithm, g, S, phases)
+
+
+def _ring_only(kind: str, algorithm: str) -> None:
+    if algorithm not in ALGORITHMS[kind]:
+        raise ValueError(f"algorithm: unknown {kind} algorithm {algorithm!r}; known: {', '.join(ALGORITHMS[kind])}")
+
+
+def reduce_scatter(groups, size: float, algorithm: str = "ring") -> Collective:
+    """Reduce-scatter of a ``size``-byte input per rank (each rank keeps size/n): n-1 ring steps."""
+    _ring_only("reduce_scatter", algorithm)
+    g, S = _groups(groups), _size(size)
+    n = g.shape[1]
+    return Collective("reduce_scatter", algorithm, g, S, (_ring(g, (n - 1) / n * S, n - 1),))
+
+
+def all_gather(groups, size: float, algorithm: str = "ring") -> Collective:
+    """All-gather into a ``size``-byte output per rank (each contributes size/n): n-1 ring steps."""
+    _ring_only("all_gather", algorithm)
+    g, S = _groups(groups), _size(size)
+    n = g.shape[1]
+    return Collective("all_gather", algorithm, g, S, (_ring(g, (n - 1) / n * S, n - 1),))
+
+
+def all_to_all(groups, size: float, algorithm: str = "direct") -> Collective:
+    """All-to-all: each rank sends size/n to every other rank of its group, all at once (one step)."""
+    _ring_only("all_to_all", algorithm)
+    g, S = _groups(groups), _size(size)
+    n = g.shape[1]
+    if n < 2:
+        return Collective("all_to_all", algorithm, g, S, (_empty(),))
+    i, j = np.nonzero(~np.eye(n, dtype=bool))
+    src, dst = g[:, i].reshape(-1), g[:, j].reshape(-1)
+    return Collective("all_to_all", algorithm, g, S, (Phase(src=src, dst=dst, bytes=np.full(src.size, S / n),
+                                                             steps=1),))
+
+
+def broadcast(groups, size: float, algorithm: str = "ring") -> Collective:
+    """Broadcast of ``size`` bytes from each group's first rank down a pipelined chain: n-1 steps."""
+    _ring_only("broadcast", algorithm)
+    g, S = _groups(groups), _size(size)
+    n = g.shape[1]
+    if n < 2:
+        return Collective("broadcast", algorithm, g, S, (_empty(),))
+    src, dst = g[:, :-1].reshape(-1), g[:, 1:].reshape(-1)
+    return Collective("broadcast", algorithm, g, S, (Phase(src=src, dst=dst, bytes=np.full(src.size, S),
+                                                           steps=n - 1),))
+
+
+def send_recv(src, dst, size: float) -> Collective:
+    """Point-to-point sends ``src[i] -> dst[i]`` of ``size`` bytes each (pipeline stage boundaries)."""
+    g = _groups(np.stack([np.asarray(src, np.int64), np.asarray(dst, np.int64)], axis=1))
+    S = _size(size)
+    return Collective("send_recv", "direct", g, S, (Phase(src=g[:, 0], dst=g[:, 1], bytes=np.full(g.shape[0], S),
+                                                          steps=1),))

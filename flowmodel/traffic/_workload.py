@@ -1,0 +1,217 @@
+"""Workload descriptions: models, parallelism, placement onto GPU ranks, per-step traffic sizes.
+
+Units are SI (bytes, seconds, FLOP). Every bad value raises a ``ValueError`` that names the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+DIMS = ("tp", "cp", "pp", "dp")  # rank order, fastest-varying first: TP in a domain, PP across racks, DP widest
+
+
+def _int(where: str, value, minimum: int = 1) -> None:
+    if not (isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= minimum):
+        raise ValueError(f"{where}: must be an integer >= {minimum}, got {value!r}")
+
+
+def _pos(where: str, value) -> None:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise ValueError(f"{where}: must be > 0 and finite, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+    """A decoder-only transformer (Llama-style: GQA attention, SwiGLU MLP, untied embeddings).
+
+    MoE: with ``experts > 0`` every layer's MLP is ``experts`` experts of ``moe_ffn_hidden`` (default
+    ``ffn_hidden``), each token routed to ``top_k`` of them.
+    """
+
+    name: str
+    layers: int
+    hidden: int
+    ffn_hidden: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    seq_len: int
+    experts: int = 0
+    top_k: int = 0
+    moe_ffn_hidden: int | None = None
+    dtype_bytes: int = 2
+
+    def __post_init__(self):
+        for f in ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "seq_len", "dtype_bytes"):
+            _int(f"model.{f}", getattr(self, f))
+        _int("model.experts", self.experts, 0)
+        if self.hidden % self.heads:
+            raise ValueError(f"model.heads: {self.heads} does not divide hidden {self.hidden}")
+        if self.heads % self.kv_heads:
+            raise ValueError(f"model.kv_heads: {self.kv_heads} does not divide heads {self.heads}")
+        if self.experts:
+            _int("model.top_k", self.top_k)
+            if self.top_k > self.experts:
+                raise ValueError(f"model.top_k: {self.top_k} is more than the {self.experts} experts")
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * (self.hidden // self.heads)
+
+    @property
+    def expert_ffn(self) -> int:
+        return self.moe_ffn_hidden or self.ffn_hidden
+
+    @property
+    def layer_params(self) -> int:
+        attention = self.hidden * (self.hidden + 2 * self.kv_dim) + self.hidden * self.hidden
+        if self.experts:
+            return attention + self.experts * 3 * self.hidden * self.expert_ffn + self.hidden * self.experts
+        return attention + 3 * self.hidden * self.ffn_hidden
+
+    @property
+    def params(self) -> int:
+        return self.layers * self.layer_params + 2 * self.vocab * self.hidden
+
+    def layer_flops_per_token(self) -> float:
+        """Forward FLOP per token of one layer (matmuls and causal attention scores); backward is 2x."""
+        h = self.hidden
+        attention = 2 * h * (h + 2 * self.kv_dim) + 2 * h * h + 2 * self.seq_len * h  # causal QK^T and AV
+        if self.experts:
+            mlp = self.top_k * 2 * 3 * h * self.expert_ffn + 2 * h * self.experts
+        else:
+            mlp = 2 * 3 * h * self.ffn_hidden
+        return float(attention + mlp)
+
+    def kv_bytes_per_token(self) -> int:
+        """KV-cache bytes per token: 2 (K and V) x kv_heads x head_dim x layers x dtype bytes."""
+        return 2 * self.kv_dim * self.layers * self.dtype_bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class Parallelism:
+    """How a job's GPUs split the model.
+
+    Attributes:
+      tp, cp, pp, dp: tensor, context, pipeline and data parallel degrees (product = the job's GPUs).
+      ep: expert parallel degree, a divisor of dp (MoE experts are spread over groups of ep DP ranks).
+      virtual_stages: model chunks per pipeline rank (interleaved 1F1B; 1 = plain 1F1B).
+      order: rank order, fastest-varying first; the default puts TP inside a scale-up domain, PP
+        across neighbouring servers and racks, DP widest (across zones, buildings, regions).
+      tp_across_domains: allow a TP group to span scale-up domains (otherwise an error).
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    ep: int = 1
+    virtual_stages: int = 1
+    order: tuple[str, ...] = DIMS
+    tp_across_domains: bool = False
+
+    def __post_init__(self):
+        for f in ("tp", "pp", "dp", "cp", "ep", "virtual_stages"):
+            _int(f"parallelism.{f}", getattr(self, f))
+        object.__setattr__(self, "order", tuple(self.order))
+        if sorted(self.order) != sorted(DIMS):
+            raise ValueError(f"parallelism.order: must order {', '.join(DIMS)} once each, got {list(self.order)}")
+        if self.dp % self.ep:
+            raise ValueError(f"parallelism.ep: {self.ep} does not divide dp = {self.dp}")
+
+    @property
+    def size(self) -> int:
+        return self.tp * self.cp * self.pp * self.dp
+
+    def grid(self, ranks) -> np.ndarray:
+        """int64[dp, pp, cp, tp]: the GPU rank holding each coordinate, from the job's ranks in order."""
+        ranks = np.asarray(ranks, np.int64)
+        if ranks.ndim != 1 or ranks.size != self.size:
+            raise ValueError(f"parallelism: tp x cp x pp x dp = {self.tp} x {self.cp} x {self.pp} x {self.dp} = "
+                             f"{self.size} does not match the job's {ranks.size} GPUs")
+        sizes = {"tp": self.tp, "cp": self.cp, "pp": self.pp, "dp": self.dp}
+        shape = [sizes[d] for d in reversed(self.order)]  # slowest first
+        block = ranks.reshape(shape)
+        return block.transpose([list(reversed(self.order)).index(d) for d in ("dp", "pp", "cp", "tp")])
+
+
+@dataclasses.dataclass(frozen=True)
+class Training:
+    """One training job: model, parallelism, batch, hardware and where it runs.
+
+    Attributes:
+      global_batch: sequences per step.  micro_batch: sequences per micro-batch.
+      peak_flops: per-GPU dense peak (FLOP/s; H100 SXM BF16: 989e12).
+      efficiency: fraction of peak the model's matmuls reach (compute time = FLOP / (peak x efficiency)).
+      grad_bytes: bytes per gradient element in the DP reduction.
+      ranks: the job's GPU ranks (default: 0 .. size-1).
+      algorithm: all-reduce algorithm of the DP gradient reduction.
+    """
+
+    model: Model
+    parallelism: Parallelism
+    global_batch: int
+    micro_batch: int = 1
+    peak_flops: float = 989e12
+    efficiency: float = 0.5
+    grad_bytes: int = 2
+    ranks: tuple[int, ...] | None = None
+    algorithm: str = "ring"
+    name: str = "training"
+
+    def __post_init__(self):
+        _int("training.global_batch", self.global_batch)
+        _int("training.micro_batch", self.micro_batch)
+        _pos("training.peak_flops", self.peak_flops)
+        if not 0 < self.efficiency <= 1:
+            raise ValueError(f"training.efficiency: must be in (0, 1], got {self.efficiency!r}")
+        par, m = self.parallelism, self.model
+        if self.global_batch % (par.dp * self.micro_batch):
+            raise ValueError(f"training.global_batch: {self.global_batch} is not a multiple of dp x micro_batch = "
+                             f"{par.dp * self.micro_batch}")
+        if m.layers < par.pp * par.virtual_stages:
+            raise ValueError(f"parallelism.pp: {par.pp} x {par.virtual_stages} virtual stages is more than the "
+                             f"model's {m.layers} layers")
+        if par.virtual_stages > 1 and self.micro_batches % par.pp:
+            raise ValueError(f"parallelism.virtual_stages: the interleaved schedule needs the micro-batch count "
+                             f"({self.micro_batches}) to be a multiple of pp = {par.pp}")
+        if m.experts and m.experts % par.ep:
+            raise ValueError(f"parallelism.ep: {par.ep} does not divide the model's {m.experts} experts")
+        if m.seq_len % par.cp:
+            raise ValueError(f"parallelism.cp: {par.cp} does not divide seq_len {m.seq_len}")
+        if self.ranks is not None:
+            object.__setattr__(self, "ranks", tuple(int(r) for r in self.ranks))
+            if len(set(self.ranks)) != len(self.ranks):
+                raise ValueError("training.ranks: a GPU rank is listed twice")
+
+    @property
+    def micro_batches(self) -> int:
+        return self.global_batch // (self.parallelism.dp * self.micro_batch)
+
+    def job_ranks(self, num_gpus: int) -> np.ndarray:
+        ranks = np.arange(self.parallelism.size) if self.ranks is None else np.asarray(self.ranks, np.int64)
+        if ranks.size != self.parallelism.size:
+            self.parallelism.grid(ranks)  # raises with the sizes named
+        if ranks.max() >= num_gpus:
+            raise ValueError(f"training.ranks: rank {int(ranks.max())} is outside the fabric's {num_gpus} GPUs")
+        return ranks
+
+
+def llama3_405b() -> Model:
+    """Llama 3 405B (DOMAIN.md, "Meta's 24K-GPU cluster (Llama 3)")."""
+    return Model("llama3-405b", layers=126, hidden=16_384, ffn_hidden=53_248, heads=128, kv_heads=8, vocab=128_256,
+                 seq_len=8_192)
+
+
+def llama3_405b_training(*, efficiency: float = 0.5, virtual_stages: int = 4) -> Training:
+    """Llama 3 405B on 16,384 GPUs, TP8 x PP16 x DP128, 16M tokens (2,048 sequences of 8,192) per step.
+
+    Assumed where the public figures are silent: H100 BF16 peak 989 TFLOP/s, matmul efficiency 0.5,
+    an interleaved 1F1B schedule with 4 model chunks per pipeline rank, micro-batch 1 (16 micro-batches
+    per replica), bf16 gradients reduced with a ring all-reduce overlapped with the backward pass.
+    """
+    return Training(llama3_405b(), Parallelism(tp=8, pp=16, dp=128, virtual_stages=virtual_stages),
+                    global_batch=2048, micro_batch=1, efficiency=efficiency, name="llama3-405b")

@@ -1,0 +1,110 @@
+"""Collectives against the NCCL cost model on ideal fabrics, and their bad input."""
+
+import numpy as np
+import pytest
+
+from flowmodel import fabric as fb
+from flowmodel import routing as rt
+from flowmodel import steptime as st
+from flowmodel import traffic as tr
+
+B = 50e9  # NIC bytes/s
+HOP = 1e-6  # seconds per link
+
+
+def _one_switch(n, scale_up=None):
+    """n GPUs on one leaf switch: a non-blocking fabric with per-rank bandwidth B."""
+    clos = fb.Clos(tiers=2, gpus_per_leaf=n, leaves_per_pod=1, spines_per_pod=1, nic_bandwidth=B, latency=HOP)
+    net, info = fb.compile_fabric(fb.build(fb.Fleet(sites=(fb.Site("s", scale_out=clos, scale_up=scale_up),))))
+    return net, info, rt.Router(info)
+
+
+def _time(collective, net, router, alpha=0.0):
+    return float(sum(st.phase_time(st.route_phase(ph, router), net.capacity, net.latency, alpha=alpha)
+                     for ph in collective.phases))
+
+
+@pytest.mark.parametrize("n", [2, 5, 8])
+def test_ring_collectives_match_the_nccl_cost_model(n):
+    net, info, router = _one_switch(n)
+    S, alpha = 3e9, 4e-6
+    step = 2 * HOP + alpha  # GPU -> leaf -> GPU, plus the software latency
+    cases = {
+        tr.all_reduce(np.arange(n), S): S / B * 2 * (n - 1) / n + 2 * (n - 1) * step,
+        tr.reduce_scatter(np.arange(n), S): S / B * (n - 1) / n + (n - 1) * step,
+        tr.all_gather(np.arange(n), S): S / B * (n - 1) / n + (n - 1) * step,
+        tr.all_to_all(np.arange(n), S): S / B * (n - 1) / n + step,
+        tr.broadcast(np.arange(n), S): S / B + (n - 1) * step,
+        tr.send_recv([0], [n - 1], S): S / B + step,
+    }
+    for coll, expected in cases.items():
+        assert _time(coll, net, router, alpha) == pytest.approx(expected, rel=1e-9), coll.kind
+
+
+def test_busbw_of_an_ideal_ring_is_the_link_bandwidth():
+    n = 8
+    net, info, router = _one_switch(n)
+    zero = net.__class__(capacity=net.capacity, latency=net.latency * 0)
+    for coll in (tr.all_reduce(np.arange(n), 1e9), tr.all_gather(np.arange(n), 1e9), tr.all_to_all(np.arange(n), 1e9)):
+        algbw, busbw = coll.bus_bandwidth(_time(coll, zero, router))
+        assert busbw == pytest.approx(B, rel=1e-9)
+        assert algbw == pytest.approx(B / tr.bus_factor(coll.kind, n), rel=1e-9)
+
+
+def test_many_groups_at_once_share_nothing_on_a_big_switch():
+    n = 16
+    net, info, router = _one_switch(n)
+    groups = np.arange(n).reshape(4, 4)
+    assert _time(tr.all_reduce(groups, 1e9), net, router) == pytest.approx(_time(tr.all_reduce(groups[:1], 1e9), net,
+                                                                                  router), rel=1e-12)
+
+
+def test_double_binary_tree_all_reduce():
+    n = 8
+    t1, t2, depth = tr.double_binary_tree(n)
+    for tree in (t1, t2):
+        assert len(tree) == n - 1 and len({c for _, c in tree}) == n - 1  # a spanning tree: one parent each
+    interior1 = {p for p, _ in t1}
+    interior2 = {p for p, _ in t2}
+    assert len(interior1 & interior2) <= 1  # complementary: interior in at most one tree (n even)
+    net, info, router = _one_switch(n)
+    S = 2e9
+    degree = np.zeros(n, int)
+    for p, c in t1 + t2:
+        degree[p] += 1
+        degree[c] += 1
+    expected = degree.max() * (S / 2) / B + 2 * depth * 2 * HOP  # a node's NIC carries S/2 per tree edge
+    assert _time(tr.all_reduce(np.arange(n), S, "tree"), net, router) == pytest.approx(expected, rel=1e-9)
+
+
+def test_hierarchical_all_reduce_closed_form():
+    d, m = 4, 3  # 3 scale-up domains of 4
+    su = fb.ScaleUp(size=d, bandwidth=400e9, latency=1e-6)
+    net, info, router = _one_switch(d * m, scale_up=su)
+    S = 4e9
+    coll = tr.all_reduce(np.arange(d * m), S, "hierarchical", local_size=d)
+    inside = S / 400e9 * (d - 1) / d + (d - 1) * 1e-6
+    across = (S / d) / B * 2 * (m - 1) / m + 2 * (m - 1) * 2 * HOP
+    assert _time(coll, net, router) == pytest.approx(2 * inside + across, rel=1e-9)
+    assert [ph.steps for ph in coll.phases] == [d - 1, 2 * (m - 1), d - 1]
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: tr.all_reduce(np.arange(4), -1.0), "size: must be > 0 and finite bytes, got -1"),
+    (lambda: tr.all_reduce(np.arange(4), float("nan")), "size: must be > 0"),
+    (lambda: tr.all_reduce(np.arange(4), 1.0, "butterfly"), "unknown all-reduce algorithm 'butterfly'"),
+    (lambda: tr.all_reduce(np.arange(6), 1.0, "hierarchical", local_size=4), "local_size: must be a positive divisor"),
+    (lambda: tr.all_gather([[0, 1, 1]], 1.0), r"groups\[0\]: a rank appears twice"),
+    (lambda: tr.reduce_scatter([[-1, 2]], 1.0), "ranks must be >= 0"),
+    (lambda: tr.all_to_all(np.arange(4), 1.0, "ring"), "unknown all_to_all algorithm 'ring'"),
+    (lambda: tr.bus_factor("gather", 4), "unknown collective 'gather'"),
+])
+def test_bad_collectives(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_a_rank_beyond_the_fabric_is_named():
+    net, info, router = _one_switch(4)
+    with pytest.raises(ValueError, match=r"src\[4\] = 4 is not a GPU rank"):
+        st.route_phase(tr.all_reduce(np.arange(5), 1.0).phases[0], router)
