@@ -192,11 +192,18 @@ class Training:
         return self.global_batch // (self.parallelism.dp * self.micro_batch)
 
     def job_ranks(self, num_gpus: int) -> np.ndarray:
-        ranks = np.arange(self.parallelism.size) if self.ranks is None else np.asarray(self.ranks, np.int64)
-        if ranks.size != self.parallelism.size:
-            self.parallelism.grid(ranks)  # raises with the sizes named
-        if ranks.max() >= num_gpus:
-            raise ValueError(f"training.ranks: rank {int(ranks.max())} is outside the fabric's {num_gpus} GPUs")
+        """The job's GPU ranks, checked against the parallelism and a fabric of ``num_gpus`` GPUs."""
+        par = self.parallelism
+        if self.ranks is None:
+            if par.size > num_gpus:
+                raise ValueError(f"parallelism: tp x cp x pp x dp = {par.tp} x {par.cp} x {par.pp} x {par.dp} = "
+                                 f"{par.size} GPUs, but the fabric has {num_gpus}")
+            return np.arange(par.size)
+        ranks = np.asarray(self.ranks, np.int64)
+        par.grid(ranks)  # raises when the sizes differ
+        bad = np.flatnonzero((ranks < 0) | (ranks >= num_gpus))
+        if bad.size:
+            raise ValueError(f"training.ranks[{bad[0]}] = {ranks[bad[0]]} is not one of the fabric's {num_gpus} GPUs")
         return ranks
 
 

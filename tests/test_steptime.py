@@ -1,0 +1,210 @@
+"""Pipeline schedules, training step time and its sanity properties, gradients, bad parallelism."""
+
+import dataclasses
+
+import jax
+import networkx as nx
+import numpy as np
+import pytest
+
+from flowmodel import fabric as fb
+from flowmodel import routing as rt
+from flowmodel import steptime as st
+from flowmodel import traffic as tr
+
+TINY = tr.Model("tiny", layers=8, hidden=1024, ffn_hidden=4096, heads=16, kv_heads=4, vocab=8000, seq_len=2048)
+
+
+@pytest.mark.parametrize("p, m, v", [(4, 8, 1), (4, 8, 2), (3, 6, 3), (1, 4, 1), (5, 3, 1)])
+def test_one_f_one_b_runs_every_op_once(p, m, v):
+    schedule = st.one_f_one_b(p, m, v)
+    for s, ops in enumerate(schedule):
+        chunks = [c * p + s for c in range(v)]
+        assert sorted(ops) == sorted((kind, mb, k) for kind in "FB" for mb in range(m) for k in chunks)
+
+
+def test_one_f_one_b_closed_form():
+    p, m, tf, tb = 4, 8, 1.0, 2.0
+    _, free = st.evaluate_schedule(st.one_f_one_b(p, m), [tf] * p, [tb] * p, [0.0] * p, [0.0] * p)
+    assert max(free) == pytest.approx((m + p - 1) * (tf + tb))
+
+
+@pytest.mark.parametrize("p, m, v", [(4, 8, 1), (3, 6, 2), (2, 5, 1)])
+def test_schedule_is_the_longest_path_of_its_dag(p, m, v):
+    """Against networkx's longest path over the same DAG, with random durations and send times."""
+    rng = np.random.default_rng(p * 100 + m)
+    V = p * v
+    tf, tb = rng.uniform(0.5, 2, V), rng.uniform(1, 3, V)
+    sf, sb = rng.uniform(0, 0.5, p), rng.uniform(0, 0.5, p)
+    schedule = st.one_f_one_b(p, m, v)
+    end, free = st.evaluate_schedule(schedule, list(tf), list(tb), list(sf), list(sb))
+    g = nx.DiGraph()
+    dur = {op: (tf if op[0] == "F" else tb)[op[2]] for ops in schedule for op in ops}
+    for ops in schedule:
+        g.add_edge("start", ops[0], w=0.0)
+        for a, b in zip(ops, ops[1:]):
+            g.add_edge(a, b, w=dur[a])  # the rank runs one op at a time
+        g.add_edge(ops[-1], "end", w=dur[ops[-1]])
+    for op in dur:
+        kind, mb, k = op
+        if kind == "F" and k > 0:
+            g.add_edge(("F", mb, k - 1), op, w=dur[("F", mb, k - 1)] + sf[(k - 1) % p])
+        if kind == "B":
+            dep = ("F", mb, k) if k == V - 1 else ("B", mb, k + 1)
+            g.add_edge(dep, op, w=dur[dep] + (0.0 if k == V - 1 else sb[k % p]))
+    longest = nx.dag_longest_path_length(g, weight="w")
+    assert max(free) == pytest.approx(longest, rel=1e-12)
+
+
+def test_interleaving_divides_the_bubble_by_the_chunk_count():
+    p, m, v, tf, tb = 4, 8, 2, 0.5, 1.0  # per chunk; a stage is v chunks
+    _, free = st.evaluate_schedule(st.one_f_one_b(p, m, v), [tf] * (p * v), [tb] * (p * v), [0.0] * p, [0.0] * p)
+    assert max(free) == pytest.approx(m * v * (tf + tb) + (p - 1) * (tf + tb))  # bubble (p-1)(t_f+t_b)/v
+
+
+def _fleet(ratio=1.0, latency=0.0, km=None):
+    clos = fb.Clos(tiers=3, gpus_per_leaf=8, leaves_per_pod=2, spines_per_pod=2, pods=2, aggs_per_plane=2,
+                   oversubscription=(1.0, ratio), latency=latency)
+    su = fb.ScaleUp(size=4, latency=latency)
+    if km is None:
+        return fb.Fleet(sites=(fb.Site("a", scale_out=clos, scale_up=su),))
+    return fb.Fleet(sites=(fb.Site("a", scale_out=clos, scale_up=su), fb.Site("b", scale_out=clos, scale_up=su)),
+                    long_haul=(fb.LongHaul("a", "b", capacity=200e9, length_km=km),))
+
+
+def _setup(fleet, job, **kw):
+    net, info = fb.compile_fabric(fb.build(fleet))
+    return net, info, st.plan_training(job, info, rt.Router(info), **kw)
+
+
+JOB = tr.Training(TINY, tr.Parallelism(tp=4, pp=2, dp=4), global_batch=16)
+
+
+def test_breakdown_adds_up_and_names_the_domains():
+    net, info, plan = _setup(_fleet(), JOB)
+    res = st.step_time(plan, net, info=info)
+    total = sum(float(v) for v in res.breakdown.values())
+    assert total == pytest.approx(float(res.step_time), rel=1e-12)
+    assert all(float(v) >= -1e-15 for v in res.breakdown.values())
+    assert plan.domains["tp_all_gather"] == "scale_up" and plan.domains["dp"] == "scale_out"
+    assert float(res.by_domain["scale_up"]) == pytest.approx(float(res.breakdown["tp"]))
+    for report in res.collectives.values():
+        assert 0 < float(report["bound_seconds"]) <= float(report["seconds"]) * (1 + 1e-12)
+
+
+def test_doubling_bandwidth_halves_exposed_communication():
+    job = dataclasses.replace(JOB, parallelism=tr.Parallelism(tp=4, pp=1, dp=8), global_batch=16)
+    net, info, plan = _setup(_fleet(), job)
+    one = st.step_time(plan, net)
+    two = st.step_time(plan, fb.Network(capacity=2 * net.capacity, latency=net.latency))
+    assert float(two.breakdown["compute"]) == pytest.approx(float(one.breakdown["compute"]))
+    for part in ("tp", "dp"):
+        assert float(one.breakdown[part]) > 0
+        assert float(two.breakdown[part]) == pytest.approx(float(one.breakdown[part]) / 2, rel=1e-9)
+    assert float(two.step_time) < float(one.step_time)
+
+
+def test_removing_oversubscription_never_slows_a_step():
+    job = dataclasses.replace(JOB, parallelism=tr.Parallelism(tp=4, pp=2, dp=4), global_batch=32)
+    net, info, plan = _setup(_fleet(ratio=7.0), job)
+    times = [float(st.step_time(plan, fb.apply_groups(net, info, {"a/spine_up": r})).step_time)
+             for r in (7.0, 4.0, 2.0, 1.0)]
+    assert all(later <= earlier * (1 + 1e-12) for earlier, later in zip(times, times[1:]))
+    assert times[-1] < times[0]  # the DP rings cross pods: 7:1 costs something
+
+
+def test_a_dp_ring_across_1000_km_pays_its_latency_terms():
+    job = dataclasses.replace(JOB, parallelism=tr.Parallelism(tp=4, pp=1, dp=16), global_batch=16)
+    near = _setup(_fleet(km=0.0), job)
+    far = _setup(_fleet(km=1000.0), job)
+    t_near = float(st.step_time(near[2], near[0]).step_time)
+    t_far = float(st.step_time(far[2], far[0]).step_time)
+    steps = far[2].dp.steps
+    assert steps == 2 * (16 - 1)
+    assert t_far - t_near >= steps * 1000 * 4.9e-6 * (1 - 1e-9)
+    assert far[2].domains["dp"] == "scale_across"
+
+
+def test_step_time_gradient_matches_finite_differences():
+    job = dataclasses.replace(JOB, parallelism=tr.Parallelism(tp=4, pp=2, dp=4), global_batch=16)
+    net, info, plan = _setup(_fleet(ratio=4.0, latency=1e-6), job)
+
+    def step(ratio, nic):
+        n = fb.apply_groups(net, info, {"a/spine_up": ratio, "a/nic": nic})
+        return st.step_time(plan, n).step_time
+
+    g = jax.grad(step, argnums=(0, 1))(4.0, 50e9)
+    for i, (x, h) in enumerate(((4.0, 1e-4), (50e9, 1e4))):
+        args = [4.0, 50e9]
+        up, down = list(args), list(args)
+        up[i], down[i] = x + h, x - h
+        fd = (float(step(*up)) - float(step(*down))) / (2 * h)
+        assert float(g[i]) == pytest.approx(fd, rel=1e-4, abs=1e-18)
+    assert float(g[0]) > 0 and float(g[1]) < 0  # more oversubscription is slower, more NIC is faster
+
+
+def test_smooth_model_tracks_the_exact_one():
+    net, info, plan = _setup(_fleet(ratio=4.0), JOB)
+    exact = float(st.step_time(plan, net).step_time)
+    smooth = [float(st.step_time(plan, net, sharpness=a).step_time) for a in (16.0, 256.0)]
+    # static alpha-fair rates (no re-sharing) and a soft max: an upper bound that tightens with sharpness
+    assert exact * (1 - 1e-9) <= smooth[1] <= smooth[0] and smooth[1] <= 1.1 * exact
+    g = jax.grad(lambda c: st.step_time(plan, fb.Network(capacity=c, latency=net.latency),
+                                        sharpness=64.0).step_time)(net.capacity)
+    assert np.isfinite(np.asarray(g)).all() and float(np.abs(g).sum()) > 0
+
+
+def test_background_classes_take_capacity_first():
+    job = dataclasses.replace(JOB, parallelism=tr.Parallelism(tp=4, pp=1, dp=8), global_batch=16)
+    net, info, plan = _setup(_fleet(), job)
+    router = rt.Router(info)
+    storage = st.background_load(router, [0, 8, 16], [31, 23, 15], 20e9)
+    base = float(st.step_time(plan, net).step_time)
+    loaded = float(st.step_time(plan, net, info=info, background=storage).step_time)
+    assert loaded > base
+    with pytest.raises(ValueError, match=r"background: a/gpu0->a/leaf0 carries 6e\+10 bytes/s"):
+        st.step_time(plan, net, info=info, background=st.background_load(router, [0], [31], 60e9))
+    with pytest.raises(ValueError, match=r"background.rate\[0\]: must be > 0"):
+        st.background_load(router, [0], [31], -1.0)
+
+
+def test_llama3_405b_figures():
+    model = tr.llama3_405b()
+    assert model.params == pytest.approx(405e9, rel=0.01)
+    assert model.kv_bytes_per_token() == 504 * 1024  # DOMAIN.md: ~504 KiB per token
+    job = tr.llama3_405b_training()
+    assert job.micro_batches == 16 and job.parallelism.size == 16_384
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: tr.Parallelism(tp=0), "parallelism.tp: must be an integer >= 1, got 0"),
+    (lambda: tr.Parallelism(dp=6, ep=4), "parallelism.ep: 4 does not divide dp = 6"),
+    (lambda: tr.Parallelism(order=("tp", "dp")), "parallelism.order"),
+    (lambda: tr.Training(TINY, tr.Parallelism(dp=3), global_batch=16), "global_batch: 16 is not a multiple"),
+    (lambda: tr.Training(TINY, tr.Parallelism(pp=4, virtual_stages=4), global_batch=16),
+     r"pp: 4 x 4 virtual stages is more than the model's 8 layers"),
+    (lambda: tr.Training(TINY, tr.Parallelism(pp=4, virtual_stages=2), global_batch=6),
+     "needs the micro-batch count"),
+    (lambda: tr.Model("m", layers=2, hidden=100, ffn_hidden=4, heads=3, kv_heads=1, vocab=10, seq_len=8),
+     "model.heads: 3 does not divide hidden 100"),
+    (lambda: _setup(_fleet(), tr.Training(TINY, tr.Parallelism(tp=4, pp=2, dp=3), global_batch=12,
+                                          ranks=tuple(range(32)))),
+     r"tp x cp x pp x dp = 4 x 1 x 2 x 3 = 24 does not match the job's 32 GPUs"),
+    (lambda: _setup(_fleet(), tr.Training(TINY, tr.Parallelism(tp=4, pp=2, dp=8), global_batch=16)),
+     r"= 64 GPUs, but the fabric has 32"),
+    (lambda: _setup(_fleet(), tr.Training(TINY, tr.Parallelism(tp=4, pp=2, dp=1), global_batch=16,
+                                          ranks=tuple(range(30, 38)))),
+     r"training.ranks\[2\] = 32 is not one of the fabric's 32 GPUs"),
+    (lambda: _setup(_fleet(), tr.Training(TINY, tr.Parallelism(tp=8, pp=1, dp=4), global_batch=16)),
+     "parallelism.tp: TP group .* spans scale-up domains"),
+])
+def test_bad_parallelism(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_tp_across_domains_when_asked():
+    job = tr.Training(TINY, tr.Parallelism(tp=8, pp=1, dp=4, tp_across_domains=True), global_batch=16)
+    net, info, plan = _setup(_fleet(), job)
+    assert plan.domains["tp_all_gather"] == "scale_out"
+    assert float(st.step_time(plan, net).step_time) > 0
