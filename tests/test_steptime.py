@@ -208,3 +208,64 @@ def test_tp_across_domains_when_asked():
     net, info, plan = _setup(_fleet(), job)
     assert plan.domains["tp_all_gather"] == "scale_out"
     assert float(st.step_time(plan, net).step_time) > 0
+
+
+def test_step_time_is_differentiable_in_routing_logits():
+    job = dataclasses.replace(JOB, parallelism=tr.Parallelism(tp=4, pp=2, dp=4), global_batch=16)
+    net, info, plan = _setup(_fleet(ratio=4.0, latency=1e-6), job, policy="wcmp")
+    phases = st.routed_phases(plan)
+    rng = np.random.default_rng(0)
+    logits = {name: rng.normal(size=ph.num_candidates) for name, ph in phases.items() if ph.num_candidates > 1}
+    assert "dp" in logits and any(n.startswith("pp_forward") for n in logits)
+
+    def step(dp_logits):
+        return st.step_time(plan, net, logits={**logits, "dp": dp_logits}).step_time
+
+    g = np.asarray(jax.grad(step)(logits["dp"]))
+    assert np.abs(g).max() > 0
+    for i in np.argsort(-np.abs(g))[:3]:
+        h = 1e-5
+        up, down = logits["dp"].copy(), logits["dp"].copy()
+        up[i] += h
+        down[i] -= h
+        fd = (float(step(up)) - float(step(down))) / (2 * h)
+        assert g[i] == pytest.approx(fd, rel=1e-4, abs=1e-12)
+    with pytest.raises(ValueError, match="the plan has no phase 'dq'"):
+        st.step_time(plan, net, logits={"dq": logits["dp"]})
+
+
+def test_concurrent_jobs_slow_each_other_only_where_they_share_links():
+    fleet = _fleet(ratio=4.0)
+    net, info = fb.compile_fabric(fb.build(fleet))
+    router = rt.Router(info)
+    par = tr.Parallelism(tp=4, pp=1, dp=4)
+    # pod 0 holds ranks 0-15, pod 1 ranks 16-31: each job takes half of each pod, so DP crosses pods
+    a = tr.Training(TINY, par, global_batch=16, name="a", ranks=tuple([*range(0, 8), *range(16, 24)]))
+    b = tr.Training(TINY, par, global_batch=16, name="b", ranks=tuple([*range(8, 16), *range(24, 32)]))
+    alone = st.evaluate_fleet([a], net, info, router)
+    both = st.evaluate_fleet([a, b], net, info, router)
+    assert both.converged and both.iterations < 50
+    t_alone, t_both = float(alone.steps["a"].step_time), float(both.steps["a"].step_time)
+    assert t_both > t_alone  # the spine-aggregation links are shared
+    assert float(both.steps["a"].breakdown["tp"]) == pytest.approx(float(alone.steps["a"].breakdown["tp"]))
+    with pytest.raises(ValueError, match="GPU rank 0 belongs to both 'a' and 'c'"):
+        st.evaluate_fleet([a, dataclasses.replace(b, name="c", ranks=tuple(range(16)))], net, info, router)
+
+
+def test_disaggregated_inference_kv_transfer_and_background():
+    net, info = fb.compile_fabric(fb.build(_fleet()))
+    router = rt.Router(info)
+    model = tr.llama3_405b()
+    serve = st.Inference("serve", model, prefill=((0, 1, 2, 3),), decode=((16, 17, 18, 19),), requests_per_s=1.0,
+                         prompt_tokens=8192)
+    assert serve.kv_bytes == 8192 * 504 * 1024  # ~4.1 GB per 8K prompt (DOMAIN.md)
+    idle = st.evaluate_fleet([], net, info, router, inference=(serve,))
+    shard = serve.kv_bytes / 4
+    # one NIC per shard at 50 GB/s, plus the average load of 1 request/s on the same NICs
+    expected = shard / (50e9 - serve.kv_bytes / 4)
+    assert idle.kv_transfer_s["serve"] == pytest.approx(expected, rel=1e-9)
+    storage = st.Background("storage", src=(0,), dst=(20,), rate=10e9)
+    busy = st.evaluate_fleet([], net, info, router, inference=(serve,), background=(storage,))
+    assert busy.kv_transfer_s["serve"] > idle.kv_transfer_s["serve"]
+    with pytest.raises(ValueError, match=r"inference\[x\]: prefill and decode"):
+        st.Inference("x", model, prefill=((0, 1),), decode=((2,),), requests_per_s=1.0, prompt_tokens=10)

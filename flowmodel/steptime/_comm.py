@@ -21,7 +21,7 @@ from .._congestion import link_bytes, route_latency, soft_max
 from .._fluid import completion_times
 from .._smooth import smooth_maxmin_rates
 from ..fabric._network import FabricInfo
-from ..routing import Router, SubFlows, route
+from ..routing import Candidates, Router, SubFlows, route, wcmp
 from ..traffic._collectives import Phase
 
 DOMAINS = ("scale_up", "scale_out", "scale_across")
@@ -40,16 +40,30 @@ def domain_of(info: FabricInfo, routes: np.ndarray) -> str:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class RoutedPhase:
-    """A phase with its flows routed: sub-flows, their bytes, and the domain they cross."""
+    """A phase with its flows routed: sub-flows, their bytes, and the domain they cross.
+
+    With the ``wcmp`` policy it keeps its candidate paths, and ``with_logits`` re-splits the flows
+    (differentiably) for new per-candidate logits.
+    """
 
     phase: Phase
     sub: SubFlows | None  # None for an empty phase
     sizes: np.ndarray
     domain: str
+    candidates: Candidates | None = None
 
     @property
     def steps(self) -> int:
         return self.phase.steps
+
+    @property
+    def num_candidates(self) -> int:
+        return 0 if self.candidates is None else self.candidates.links.shape[0]
+
+    def with_logits(self, logits) -> RoutedPhase:
+        if self.candidates is None:
+            raise ValueError("logits: only a phase routed with the 'wcmp' policy takes split logits")
+        return dataclasses.replace(self, sub=wcmp(self.candidates, logits))
 
 
 def route_phase(phase: Phase, router: Router, policy: str = "ecmp", *, seed: int = 0, qps: int = 4,
@@ -57,6 +71,10 @@ def route_phase(phase: Phase, router: Router, policy: str = "ecmp", *, seed: int
     """Route a phase's flows with ``policy`` (see ``flowmodel.routing.route``)."""
     if phase.num_flows == 0:
         return RoutedPhase(phase, None, np.zeros(0), "scale_up")
+    if policy == "wcmp":
+        cands = router.candidates(phase.src, phase.dst)
+        sub = wcmp(cands, jnp.zeros(cands.links.shape[0]) if logits is None else logits)
+        return RoutedPhase(phase, sub, phase.bytes, domain_of(router.info, sub.routes), cands)
     sub = route(router, phase.src, phase.dst, policy, seed=seed, qps=qps, logits=logits)
     return RoutedPhase(phase, sub, phase.bytes, domain_of(router.info, sub.routes))
 

@@ -22,12 +22,12 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
-from .._congestion import scheduled_bound
+from .._congestion import link_bytes, route_latency, scheduled_bound
 from ..fabric._network import FabricInfo, Network
 from ..routing import Router
 from ..traffic._collectives import Phase, all_gather, all_reduce, all_to_all, reduce_scatter, send_recv
 from ..traffic._workload import Training
-from ._comm import RoutedPhase, phase_finish, phase_time, residual_capacity, route_phase
+from ._comm import DOMAINS, RoutedPhase, phase_finish, phase_time, residual_capacity, route_phase
 from ._schedule import evaluate_schedule, one_f_one_b
 
 
@@ -135,7 +135,8 @@ class StepResult:
     ``ep``) of the busiest pipeline rank, ``pipeline`` (bubble and waits for point-to-point sends on
     that rank), ``dp`` (DP reduction left exposed after the pipeline drains). ``by_domain`` puts the
     exposed communication into scale-up / scale-out / scale-across by the links its flows cross.
-    ``collectives`` gives each kind's time per call and its efficiency against the bandwidth bound.
+    ``collectives`` gives each per-layer kind's time per call, its bandwidth bound (max over links of
+    bytes / capacity, plus the same latency term) and efficiency = bound / time.
     """
 
     step_time: object
@@ -144,12 +145,54 @@ class StepResult:
     collectives: dict
 
 
-def _seq_time(phases: list[RoutedPhase], capacity, latency, alpha, sharpness):
-    return sum(phase_time(ph, capacity, latency, alpha=alpha, sharpness=sharpness) for ph in phases)
+def routed_phases(plan: TrainingPlan) -> dict[str, RoutedPhase]:
+    """Every routed phase of the plan by name: ``tp_all_gather[0]``, ``pp_forward[3][0]``, ``dp``, ..."""
+    out = {}
+    for kind, phases in plan.collectives.items():
+        out.update({f"{kind}[{i}]": ph for i, ph in enumerate(phases)})
+    for direction, per_rank in (("pp_forward", plan.pp_forward), ("pp_backward", plan.pp_backward)):
+        for s, phases in enumerate(per_rank):
+            out.update({f"{direction}[{s}][{i}]": ph for i, ph in enumerate(phases or [])})
+    if plan.dp is not None:
+        out["dp"] = plan.dp
+    return out
+
+
+def calls_per_step(plan: TrainingPlan, name: str) -> float:
+    """How many times a step runs the named phase (per-layer kinds: per layer of one pipeline rank)."""
+    par, m = plan.job.parallelism, plan.job.micro_batches
+    layers = plan.job.model.layers / par.pp
+    kind = name.split("[")[0]
+    if kind in ("tp_all_gather", "tp_reduce_scatter", "ep_all_to_all"):
+        return 4.0 * m * layers
+    if kind in ("cp_all_gather", "cp_reduce_scatter"):
+        return float(m * layers)
+    if kind in ("pp_forward", "pp_backward"):
+        last = int(name.split("[")[1].rstrip("]")) == par.pp - 1
+        return float(m * (par.virtual_stages - 1 if last else par.virtual_stages))
+    return 1.0
+
+
+def _resolve(plan: TrainingPlan, logits) -> dict[str, RoutedPhase]:
+    phases = routed_phases(plan)
+    for name, value in (logits or {}).items():
+        if name not in phases:
+            raise ValueError(f"logits: the plan has no phase {name!r}; phases: {', '.join(list(phases)[:6])}, ...")
+        phases[name] = phases[name].with_logits(value)
+    return phases
+
+
+def step_bytes(plan: TrainingPlan, num_links: int, *, logits=None):
+    """float[L] bytes the job puts on each link per step."""
+    total = jnp.zeros(num_links)
+    for name, ph in _resolve(plan, logits).items():
+        if ph.sub is not None:
+            total = total + calls_per_step(plan, name) * link_bytes(ph.sub.routes, ph.sub.sizes(ph.sizes), num_links)
+    return total
 
 
 def step_time(plan: TrainingPlan, network: Network, *, info: FabricInfo | None = None, background=None,
-              alpha: float = 0.0, sharpness: float | None = None) -> StepResult:
+              alpha: float = 0.0, sharpness: float | None = None, logits=None) -> StepResult:
     """Evaluate a planned training step on ``network`` (differentiable in its capacity and latency).
 
     Args:
@@ -157,14 +200,18 @@ def step_time(plan: TrainingPlan, network: Network, *, info: FabricInfo | None =
         (``background_load``).
       alpha: per-step software latency of every collective (s).
       sharpness: ``None`` for the exact fluid model, a number for the smooth relaxation (search).
+      logits: for a plan routed with ``wcmp``, ``{phase name: float[candidates]}`` split logits
+        (names from ``routed_phases``); the step time is differentiable in them.
     """
     job, par, model = plan.job, plan.job.parallelism, plan.job.model
     capacity = residual_capacity(network.capacity, background, info)
     latency = network.latency
+    phases = _resolve(plan, logits)
+    seconds = {name: phase_time(ph, capacity, latency, alpha=alpha, sharpness=sharpness)
+               for name, ph in phases.items() if name != "dp"}
 
-    def t(name):
-        phases = plan.collectives.get(name)
-        return 0.0 if phases is None else _seq_time(phases, capacity, latency, alpha, sharpness)
+    def t(prefix):
+        return sum((v for k, v in seconds.items() if k.startswith(prefix + "[")), 0.0)
 
     tp = 2 * t("tp_all_gather") + 2 * t("tp_reduce_scatter")  # per layer, each direction
     cp_f, cp_b = t("cp_all_gather"), t("cp_reduce_scatter")
@@ -172,67 +219,63 @@ def step_time(plan: TrainingPlan, network: Network, *, info: FabricInfo | None =
     tokens = job.micro_batch * model.seq_len
     rate = job.peak_flops * job.efficiency
     layer_compute = model.layer_flops_per_token() * tokens / (par.tp * par.cp) / rate
-    logits = 2 * model.hidden * model.vocab * tokens / (par.tp * par.cp) / rate
+    head_compute = 2 * model.hidden * model.vocab * tokens / (par.tp * par.cp) / rate
     V = len(plan.layers)
-    head = np.where(np.arange(V) == V - 1, logits, 0.0)
-    compute_f = plan.layers * layer_compute + head
+    compute_f = plan.layers * layer_compute + np.where(np.arange(V) == V - 1, head_compute, 0.0)
     comm_f, comm_b = tp + cp_f + ep, tp + cp_b + ep
     t_forward = [compute_f[k] + plan.layers[k] * comm_f for k in range(V)]
     t_backward = [2 * compute_f[k] + plan.layers[k] * comm_b for k in range(V)]
+    send_f = [t(f"pp_forward[{s}]") for s in range(par.pp)]
+    send_b = [t(f"pp_backward[{s}]") for s in range(par.pp)]
 
-    def sends(per_rank):
-        return [0.0 if ph is None else _seq_time(ph, capacity, latency, alpha, sharpness) for ph in per_rank]
-
-    end, free = evaluate_schedule(plan.schedule, t_forward, t_backward, sends(plan.pp_forward), sends(plan.pp_backward))
+    end, free = evaluate_schedule(plan.schedule, t_forward, t_backward, send_f, send_b)
     pipeline_end = _max_all(free)
-    finish = pipeline_end
-    dp_exposed = 0.0
+    finish, dp_exposed = pipeline_end, 0.0
     m = job.micro_batches
-    if plan.dp is not None:
-        last_backward = jnp.stack([jnp.asarray(_last_backward(end, k, m, plan.schedule), capacity.dtype)
+    if "dp" in phases:
+        last_backward = jnp.stack([jnp.asarray(_max_all([end[("B", mb, k)] for mb in range(m)]), capacity.dtype)
                                    for k in range(V)])
-        starts = last_backward[plan.dp_stage]
+        starts = last_backward[plan.dp_stage]  # each stage's reduction starts when its gradients are complete
         if sharpness is None:
-            dp_finish = jnp.max(phase_finish(plan.dp, capacity, latency, starts, alpha=alpha))
+            dp_finish = jnp.max(phase_finish(phases["dp"], capacity, latency, starts, alpha=alpha))
         else:
-            dp_finish = phase_time(plan.dp, capacity, latency, alpha=alpha, sharpness=sharpness, start_times=starts)
+            dp_finish = phase_time(phases["dp"], capacity, latency, alpha=alpha, sharpness=sharpness,
+                                   start_times=starts)
         finish = jnp.maximum(pipeline_end, dp_finish)
         dp_exposed = finish - pipeline_end
 
     # the busiest rank: most layers (ties: the first)
     per_rank_layers = [int(plan.layers[s::par.pp].sum()) for s in range(par.pp)]
     rank = int(np.argmax(per_rank_layers))
-    chunks = range(rank, V, par.pp)
-    compute = m * sum(3 * compute_f[k] for k in chunks)
+    compute = m * sum(3 * compute_f[k] for k in range(rank, V, par.pp))
     n_layers = m * per_rank_layers[rank]
     parts = {"compute": compute, "tp": n_layers * 2 * tp, "cp": n_layers * (cp_f + cp_b), "ep": n_layers * 2 * ep}
     parts["pipeline"] = pipeline_end - sum(parts.values())
     parts["dp"] = dp_exposed
-    by_domain = {d: 0.0 for d in ("scale_up", "scale_out", "scale_across")}
-    for name, key in (("tp_all_gather", "tp"), ("cp_all_gather", "cp"), ("ep_all_to_all", "ep"), ("dp", "dp")):
-        if name in plan.domains:
-            by_domain[plan.domains[name]] = by_domain[plan.domains[name]] + parts[key]
-    return StepResult(step_time=finish, breakdown=parts, by_domain=by_domain,
-                      collectives=_collective_report(plan, capacity, latency, alpha, sharpness))
+    by_domain = {d: 0.0 for d in DOMAINS}
+    for kind, key in (("tp_all_gather", "tp"), ("cp_all_gather", "cp"), ("ep_all_to_all", "ep"), ("dp", "dp")):
+        if kind in plan.domains:
+            by_domain[plan.domains[kind]] = by_domain[plan.domains[kind]] + parts[key]
+    report = {}
+    for kind in plan.collectives:
+        names = [n for n in seconds if n.startswith(kind + "[")]
+        time = sum(seconds[n] for n in names)
+        bound = sum(_bound(phases[n], capacity, latency, alpha) for n in names)
+        report[kind] = {"seconds": time, "bound_seconds": bound, "efficiency": bound / time,
+                        "domain": plan.domains[kind]}
+    return StepResult(step_time=finish, breakdown=parts, by_domain=by_domain, collectives=report)
 
 
-def _last_backward(end, k, m, schedule):
-    """End of virtual stage k's last backward (its gradients are complete then)."""
-    return _max_all([end[("B", mb, k)] for mb in range(m)])
+def _bound(ph: RoutedPhase, capacity, latency, alpha):
+    if ph.sub is None:
+        return 0.0
+    hop = jnp.max(route_latency(jnp.asarray(ph.sub.routes), latency))
+    return scheduled_bound(ph.sub.routes, ph.sub.sizes(ph.sizes), capacity) + ph.steps * (hop + alpha)
 
 
 def _max_all(values):
     values = list(values)
     out = values[0]
     for x in values[1:]:
-        out = jnp.maximum(out, x) if not isinstance(out, float) or not isinstance(x, float) else max(out, x)
+        out = max(out, x) if isinstance(out, float) and isinstance(x, float) else jnp.maximum(out, x)
     return out
-
-
-def _collective_report(plan, capacity, latency, alpha, sharpness) -> dict:
-    report = {}
-    for name, phases in plan.collectives.items():
-        seconds = _seq_time(phases, capacity, latency, alpha, sharpness)
-        bound = sum(scheduled_bound(ph.sub.routes, ph.sub.sizes(ph.sizes), capacity) for ph in phases if ph.sub)
-        report[name] = {"seconds": seconds, "bound_seconds": bound, "domain": plan.domains[name]}
-    return report
