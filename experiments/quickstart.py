@@ -12,9 +12,7 @@ gradient which tier's capacity buys the most aggregate throughput per byte/s. Wr
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import tempfile
 import time
 
 import jax
@@ -24,14 +22,7 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 import flowmodel as fm  # noqa: E402
-
-
-def write_json_atomic(path: str, payload: dict) -> None:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(payload, fh, indent=1)
-    os.replace(tmp, path)
+from flowmodel._io import write_json_atomic  # noqa: E402
 
 
 def main() -> None:

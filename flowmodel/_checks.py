@@ -65,3 +65,19 @@ def check_routes(routes, num_links: int) -> None:
     dup = first_bad((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0))
     if dup is not None:
         raise ValueError(f"routes[{dup[0]}] lists link {srt[dup[0], dup[1] + 1]} twice: a route crosses a link once")
+
+
+def check_endpoints(src, dst, count: int, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """int64 ``src`` and ``dst`` of equal 1-D shape, each in 0..count-1, never equal."""
+    src = np.asarray(src, dtype=np.int64)
+    dst = np.asarray(dst, dtype=np.int64)
+    if src.ndim != 1 or src.shape != dst.shape:
+        raise ValueError(f"src and dst must be 1-D of equal length, got shapes {src.shape} and {dst.shape}")
+    for name, ends in (("src", src), ("dst", dst)):
+        bad = np.flatnonzero((ends < 0) | (ends >= count))
+        if bad.size:
+            raise ValueError(f"{name}[{bad[0]}] = {ends[bad[0]]} is not a {what} (0..{count - 1})")
+    same = np.flatnonzero(src == dst)
+    if same.size:
+        raise ValueError(f"src[{same[0]}] == dst[{same[0]}] = {src[same[0]]}: a flow needs two {what}s")
+    return src, dst

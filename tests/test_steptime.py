@@ -269,3 +269,17 @@ def test_disaggregated_inference_kv_transfer_and_background():
     assert busy.kv_transfer_s["serve"] > idle.kv_transfer_s["serve"]
     with pytest.raises(ValueError, match=r"inference\[x\]: prefill and decode"):
         st.Inference("x", model, prefill=((0, 1),), decode=((2,),), requests_per_s=1.0, prompt_tokens=10)
+
+
+def test_moe_and_context_parallel_traffic():
+    moe = dataclasses.replace(TINY, name="moe", experts=8, top_k=2, moe_ffn_hidden=1024)
+    job = tr.Training(moe, tr.Parallelism(tp=4, cp=2, pp=1, dp=4, ep=2), global_batch=8)
+    net, info, plan = _setup(_fleet(), job)
+    b, s, h, dt = 1, moe.seq_len // 2, moe.hidden, moe.dtype_bytes
+    a2a = plan.collectives["ep_all_to_all"][0].phase
+    assert a2a.bytes[0] == pytest.approx(b * s / 4 * 2 * h * dt / 2)  # tokens per rank x top_k x h, over ep
+    kv = plan.collectives["cp_all_gather"][0].phase
+    assert kv.bytes[0] == pytest.approx(2 * moe.seq_len * moe.kv_dim * dt / 4 / 2)  # (cp-1)/cp of K and V per TP shard
+    res = st.step_time(plan, net)
+    assert float(res.breakdown["ep"]) > 0 and float(res.breakdown["cp"]) > 0
+    assert moe.params < 8 * TINY.params and moe.layer_flops_per_token() < 2 * TINY.layer_flops_per_token()

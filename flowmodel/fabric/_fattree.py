@@ -13,6 +13,8 @@ import dataclasses
 import networkx as nx
 import numpy as np
 
+from .._checks import check_endpoints
+
 TIERS = ("host_up", "host_down", "edge_up", "agg_down", "agg_up", "core_down")
 
 
@@ -49,17 +51,7 @@ class FatTree:
         """
         k, H = self.k, self.num_hosts
         half = k // 2
-        src = np.asarray(src, dtype=np.int64)
-        dst = np.asarray(dst, dtype=np.int64)
-        if src.shape != dst.shape or src.ndim != 1:
-            raise ValueError(f"src and dst must be 1-D of equal length, got {src.shape} and {dst.shape}")
-        for name, hosts in (("src", src), ("dst", dst)):
-            bad = np.flatnonzero((hosts < 0) | (hosts >= H))
-            if bad.size:
-                raise ValueError(f"{name}[{bad[0]}] = {hosts[bad[0]]} is not a host (0..{H - 1})")
-        same = np.flatnonzero(src == dst)
-        if same.size:
-            raise ValueError(f"src[{same[0]}] == dst[{same[0]}] = {src[same[0]]}: a flow needs two hosts")
+        src, dst = check_endpoints(src, dst, H, "host")
 
         es, ed = src // half, dst // half  # edge switch of each host
         ps, pd = src // (half * half), dst // (half * half)  # pod of each host

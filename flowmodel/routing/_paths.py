@@ -23,6 +23,7 @@ import random
 import networkx as nx
 import numpy as np
 
+from .._checks import check_endpoints
 from ..fabric._network import FabricInfo
 
 _HOP_KM = 1e-3  # site-level metric: fibre km, plus a metre per hop so that zero-length links tie-break by hops
@@ -242,22 +243,11 @@ class Router:
             ``"report"`` (such flows get no candidates and are listed in ``Candidates.unreachable``).
         """
         info = self.info
-        src = np.asarray(src, dtype=np.int64)
-        dst = np.asarray(dst, dtype=np.int64)
-        if src.ndim != 1 or src.shape != dst.shape:
-            raise ValueError(f"src and dst must be 1-D of equal length, got shapes {src.shape} and {dst.shape}")
+        src, dst = check_endpoints(src, dst, info.num_gpus, "GPU rank")
         if src.size == 0:
             raise ValueError("src: the flow set is empty")
         if unreachable not in ("raise", "report"):
             raise ValueError(f"unreachable: must be 'raise' or 'report', got {unreachable!r}")
-        G = info.num_gpus
-        for name, ranks in (("src", src), ("dst", dst)):
-            bad = np.flatnonzero((ranks < 0) | (ranks >= G))
-            if bad.size:
-                raise ValueError(f"{name}[{bad[0]}] = {ranks[bad[0]]} is not a GPU rank (0..{G - 1})")
-        same = np.flatnonzero(src == dst)
-        if same.size:
-            raise ValueError(f"src[{same[0]}] == dst[{same[0]}] = {src[same[0]]}: a flow needs two GPUs")
         F = src.size
         alive = (info.gpus[src] >= 0) & (info.gpus[dst] >= 0)
 

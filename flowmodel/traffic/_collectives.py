@@ -173,55 +173,46 @@ def all_reduce(groups, size: float, algorithm: str = "ring", *, local_size: int 
     return Collective("all_reduce", algorithm, g, S, phases)
 
 
-def _ring_only(kind: str, algorithm: str) -> None:
+def _single_phase(kind: str, algorithm: str, groups, size, phase_of) -> Collective:
+    """A one-phase collective; ``phase_of(groups, size, n)`` builds its phase for n >= 2 ranks."""
     if algorithm not in ALGORITHMS[kind]:
         raise ValueError(f"algorithm: unknown {kind} algorithm {algorithm!r}; known: {', '.join(ALGORITHMS[kind])}")
+    g, S = _groups(groups), _size(size)
+    n = g.shape[1]
+    return Collective(kind, algorithm, g, S, (phase_of(g, S, n) if n > 1 else _empty(),))
+
+
+def _flows(src: np.ndarray, dst: np.ndarray, per_flow: float, steps: int) -> Phase:
+    src, dst = src.reshape(-1), dst.reshape(-1)
+    return Phase(src=src, dst=dst, bytes=np.full(src.size, per_flow), steps=steps)
 
 
 def reduce_scatter(groups, size: float, algorithm: str = "ring") -> Collective:
     """Reduce-scatter of a ``size``-byte input per rank (each rank keeps size/n): n-1 ring steps."""
-    _ring_only("reduce_scatter", algorithm)
-    g, S = _groups(groups), _size(size)
-    n = g.shape[1]
-    return Collective("reduce_scatter", algorithm, g, S, (_ring(g, (n - 1) / n * S, n - 1),))
+    return _single_phase("reduce_scatter", algorithm, groups, size, lambda g, S, n: _ring(g, (n - 1) / n * S, n - 1))
 
 
 def all_gather(groups, size: float, algorithm: str = "ring") -> Collective:
     """All-gather into a ``size``-byte output per rank (each contributes size/n): n-1 ring steps."""
-    _ring_only("all_gather", algorithm)
-    g, S = _groups(groups), _size(size)
-    n = g.shape[1]
-    return Collective("all_gather", algorithm, g, S, (_ring(g, (n - 1) / n * S, n - 1),))
+    return _single_phase("all_gather", algorithm, groups, size, lambda g, S, n: _ring(g, (n - 1) / n * S, n - 1))
+
+
+def _all_pairs(g: np.ndarray, S: float, n: int) -> Phase:
+    i, j = np.nonzero(~np.eye(n, dtype=bool))
+    return _flows(g[:, i], g[:, j], S / n, 1)
 
 
 def all_to_all(groups, size: float, algorithm: str = "direct") -> Collective:
     """All-to-all: each rank sends size/n to every other rank of its group, all at once (one step)."""
-    _ring_only("all_to_all", algorithm)
-    g, S = _groups(groups), _size(size)
-    n = g.shape[1]
-    if n < 2:
-        return Collective("all_to_all", algorithm, g, S, (_empty(),))
-    i, j = np.nonzero(~np.eye(n, dtype=bool))
-    src, dst = g[:, i].reshape(-1), g[:, j].reshape(-1)
-    return Collective("all_to_all", algorithm, g, S, (Phase(src=src, dst=dst, bytes=np.full(src.size, S / n),
-                                                             steps=1),))
+    return _single_phase("all_to_all", algorithm, groups, size, _all_pairs)
 
 
 def broadcast(groups, size: float, algorithm: str = "ring") -> Collective:
     """Broadcast of ``size`` bytes from each group's first rank down a pipelined chain: n-1 steps."""
-    _ring_only("broadcast", algorithm)
-    g, S = _groups(groups), _size(size)
-    n = g.shape[1]
-    if n < 2:
-        return Collective("broadcast", algorithm, g, S, (_empty(),))
-    src, dst = g[:, :-1].reshape(-1), g[:, 1:].reshape(-1)
-    return Collective("broadcast", algorithm, g, S, (Phase(src=src, dst=dst, bytes=np.full(src.size, S),
-                                                           steps=n - 1),))
+    return _single_phase("broadcast", algorithm, groups, size, lambda g, S, n: _flows(g[:, :-1], g[:, 1:], S, n - 1))
 
 
 def send_recv(src, dst, size: float) -> Collective:
     """Point-to-point sends ``src[i] -> dst[i]`` of ``size`` bytes each (pipeline stage boundaries)."""
-    g = _groups(np.stack([np.asarray(src, np.int64), np.asarray(dst, np.int64)], axis=1))
-    S = _size(size)
-    return Collective("send_recv", "direct", g, S, (Phase(src=g[:, 0], dst=g[:, 1], bytes=np.full(g.shape[0], S),
-                                                          steps=1),))
+    pairs = np.stack([np.asarray(src, np.int64), np.asarray(dst, np.int64)], axis=1)
+    return _single_phase("send_recv", "direct", pairs, size, lambda g, S, n: _flows(g[:, 0], g[:, 1], S, 1))

@@ -213,10 +213,10 @@ def llama3_405b() -> Model:
                  seq_len=8_192)
 
 
-def llama3_405b_training(*, efficiency: float = 0.5, virtual_stages: int = 4) -> Training:
+def llama3_405b_training(*, efficiency: float = 0.6, virtual_stages: int = 4) -> Training:
     """Llama 3 405B on 16,384 GPUs, TP8 x PP16 x DP128, 16M tokens (2,048 sequences of 8,192) per step.
 
-    Assumed where the public figures are silent: H100 BF16 peak 989 TFLOP/s, matmul efficiency 0.5,
+    Assumed where the public figures are silent: H100 BF16 peak 989 TFLOP/s, matmul efficiency 0.6,
     an interleaved 1F1B schedule with 4 model chunks per pipeline rank, micro-batch 1 (16 micro-batches
     per replica), bf16 gradients reduced with a ring all-reduce overlapped with the backward pass.
     """
