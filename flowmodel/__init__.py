@@ -12,7 +12,11 @@ peers.simgrid (the SimGrid cross-check).
 """
 
 from . import fabric as fabric
+from . import optimize as optimize
 from . import reference as reference
+from . import routing as routing
+from . import steptime as steptime
+from . import traffic as traffic
 from ._congestion import link_bytes as link_bytes
 from ._congestion import queueing_delay as queueing_delay
 from ._congestion import route_latency as route_latency
