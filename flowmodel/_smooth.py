@@ -33,7 +33,8 @@ def _smooth(routes, capacity, weights, rate_limit, sharpness, iterations, step):
     flat = r.reshape(-1)
     finite = jnp.isfinite(capacity)
     log_c = jnp.log(jnp.where(finite, capacity, 1))
-    log_cap_level = jnp.log(rate_limit / weights)
+    capped = jnp.isfinite(rate_limit)  # double where: no inf * 0 in the gradient of uncapped flows
+    log_cap_level = jnp.where(capped, jnp.log(jnp.where(capped, rate_limit, 1.0)) - jnp.log(weights), jnp.inf)
 
     def per_link(values):
         return jax.ops.segment_sum(jnp.repeat(values, H), flat, num_segments=L + 1)[:L]

@@ -62,3 +62,10 @@ def test_bad_input(kwargs, match):
     cap = args.pop("capacity")
     with pytest.raises(ValueError, match=match):
         fm.smooth_maxmin_rates(np.array([[0, 1]]), cap, **args)
+
+
+def test_weight_gradients_are_finite_without_rate_limits():
+    routes = np.array([[0, 1], [0, -1], [1, -1]])
+    grad = jax.grad(lambda w: fm.smooth_maxmin_rates(routes, np.array([1.0, 2.0]), weights=w, sharpness=16.0).sum())
+    g = np.asarray(grad(jnp.array([0.5, 1.0, 2.0])))
+    assert np.isfinite(g).all()

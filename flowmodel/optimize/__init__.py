@@ -3,3 +3,13 @@ oversubscription, scale-across capacity and routing weights for minimum step tim
 
 from ._mlu import lp_min_mlu as lp_min_mlu
 from ._mlu import split_for_min_mlu as split_for_min_mlu
+from ._search import GBPS as GBPS
+from ._search import CostModel as CostModel
+from ._search import Knob as Knob
+from ._search import Position as Position
+from ._search import Result as Result
+from ._search import Space as Space
+from ._search import grid_search as grid_search
+from ._search import minimize as minimize
+from ._search import project_budget as project_budget
+from ._search import round_to_allowed as round_to_allowed
