@@ -29,8 +29,8 @@ def test_spends_a_long_haul_budget_on_the_bottleneck():
     space = opt.Space(info, (opt.Knob("long_haul/a-b", 10e9, 400e9),), opt.CostModel(per_gbps_km=1.0))
     target = 100e9  # below the 4 x 50 GB/s the DP rings could push across: the link stays the bottleneck
     budget = target / opt.GBPS * 100.0 * 2  # both directions, 100 km
-    res = opt.minimize(lambda n, lg: st.step_time(plan, n, sharpness=64.0).step_time, net, space,
-                       exact=lambda n, lg: float(st.step_time(plan, n).step_time), budget=budget, steps=80)
+    objective, exact = opt.training_objective([plan])
+    res = opt.minimize(objective, net, space, exact=exact, budget=budget, steps=80)
     assert res.parameters["long_haul/a-b"]["value"] == pytest.approx(target, rel=0.01)
     assert res.parameters["long_haul/a-b"]["unit"] == "bytes/s"
     assert res.cost <= budget * (1 + 1e-9)
@@ -89,6 +89,8 @@ def test_within_one_percent_of_grid_search_with_ten_times_fewer_evaluations():
     assert grid_evals >= 10 * steps
     assert res.optimized <= grid_best * 1.01
     assert res.cost <= budget * (1 + 1e-9)
+    random_best, _, random_evals = opt.random_search(exact, net, space, steps, budget=budget, seed=0)
+    assert random_evals == steps and res.optimized <= random_best * (1 + 1e-9)
 
 
 def test_update_step_compiles_once():
@@ -147,3 +149,13 @@ def test_budget_projection_is_exact():
 def test_bad_input(make, match):
     with pytest.raises(ValueError, match=match):
         make(*_line())
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    from flowmodel.optimize import _mlu, _search
+
+    for module in (_search, _mlu):
+        failed, attempted = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+        assert attempted > 0 and failed == 0, module.__name__

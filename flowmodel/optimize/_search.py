@@ -184,11 +184,25 @@ def minimize(objective: Callable, network: Network, space: Space, *, exact: Call
       restarts: runs from different starting points (the first from the fabric's own values,
         projected onto the budget); the best by ``exact`` wins.
 
-    Example:
-      >>> from flowmodel import optimize
-      >>> space = optimize.Space(info, (optimize.Knob("long_haul/a-b", 50e9, 400e9),),
+    Example (two buildings 100 km apart; a ring all-reduce over all 16 GPUs; buy long-haul capacity
+    at 1 per Gbit/s x km, both directions, with a budget of 160,000):
+
+      >>> from flowmodel import fabric as fb, optimize, routing as rt, steptime as st, traffic as tr
+      >>> site = fb.Clos(tiers=2, gpus_per_leaf=4, leaves_per_pod=2, spines_per_pod=2)
+      >>> fleet = fb.Fleet(sites=(fb.Site("a", scale_out=site), fb.Site("b", scale_out=site)),
+      ...                  long_haul=(fb.LongHaul("a", "b", capacity=10e9, length_km=100.0),))
+      >>> network, info = fb.compile_fabric(fb.build(fleet))
+      >>> ring = [st.route_phase(p, rt.Router(info)) for p in tr.all_reduce(range(16), 1e9).phases]
+      >>> def seconds(net, logits, sharpness=None):
+      ...     return sum(st.phase_time(p, net.capacity, net.latency, sharpness=sharpness) for p in ring)
+      >>> space = optimize.Space(info, (optimize.Knob("long_haul/a-b", 10e9, 400e9),),
       ...                        optimize.CostModel(per_gbps_km=1.0))
-      >>> res = optimize.minimize(lambda net, lg: step(net), network, space, budget=2e6)  # doctest: +SKIP
+      >>> res = optimize.minimize(lambda n, lg: seconds(n, lg, 64.0), network, space, budget=160_000,
+      ...                         exact=lambda n, lg: float(seconds(n, lg)), steps=60)
+      >>> round(res.parameters["long_haul/a-b"]["value"] / 1e9)  # GB/s: the whole budget
+      100
+      >>> res.optimized < res.baseline
+      True
     """
     if not space.knobs and not logits:
         raise ValueError("minimize: nothing to optimise (no knobs and no logits)")
@@ -274,14 +288,10 @@ def round_to_allowed(result: Result, network: Network, space: Space, exact: Call
     return dataclasses.replace(result, optimized=final, parameters=params, cost=cost(values), network=net)
 
 
-def grid_search(exact: Callable, network: Network, space: Space, points: int | Sequence[int], *,
-                budget: float | None = None, logits=None) -> tuple[float, dict, int]:
-    """Best exact objective over a grid of knob positions within the budget: (value, parameters, evaluations)."""
-    counts = [points] * len(space.knobs) if isinstance(points, int) else list(points)
-    axes = [np.linspace(0, 1, n) for n in counts]
+def _best_of(candidates: np.ndarray, exact: Callable, network: Network, space: Space, budget, logits, who: str):
     a, b = space.cost_line()
     best, best_z, evals = np.inf, None, 0
-    for z in np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(-1, len(space.knobs)):
+    for z in candidates:
         if budget is not None and a + float(np.dot(b, z)) > budget * (1 + 1e-12):
             continue
         evals += 1
@@ -289,5 +299,49 @@ def grid_search(exact: Callable, network: Network, space: Space, points: int | S
         if value < best:
             best, best_z = value, z
     if best_z is None:
-        raise ValueError("grid_search: no grid point fits the budget")
+        raise ValueError(f"{who}: no candidate point fits the budget")
     return best, space.values(best_z), evals
+
+
+def grid_search(exact: Callable, network: Network, space: Space, points: int | Sequence[int], *,
+                budget: float | None = None, logits=None) -> tuple[float, dict, int]:
+    """Best exact objective over a grid of knob positions within the budget: (value, parameters, evaluations)."""
+    counts = [points] * len(space.knobs) if isinstance(points, int) else list(points)
+    axes = [np.linspace(0, 1, n) for n in counts]
+    grid = np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(-1, len(space.knobs))
+    return _best_of(grid, exact, network, space, budget, logits, "grid_search")
+
+
+def random_search(exact: Callable, network: Network, space: Space, evaluations: int, *,
+                  budget: float | None = None, logits=None, seed: int = 0) -> tuple[float, dict, int]:
+    """Best exact objective over uniformly drawn knob positions, projected onto the budget."""
+    rng = np.random.default_rng(seed)
+    a, b = space.cost_line()
+    slack = 1e300 if budget is None else budget - a
+    draws = rng.uniform(0, 1, (evaluations, len(space.knobs)))
+    points = np.stack([np.asarray(project_budget(jnp.asarray(z), jnp.asarray(b), slack)) for z in draws])
+    return _best_of(points, exact, network, space, budget, logits, "random_search")
+
+
+def training_objective(plans, *, weights=None, sharpness: float = 64.0, background=None, alpha: float = 0.0):
+    """(objective, exact) for ``minimize``: the weighted sum of the plans' step times, smooth and exact.
+
+    ``logits`` passed by ``minimize`` are keyed ``"<job index>/<phase name>"`` for WCMP plans.
+    """
+    from ..steptime import step_time
+
+    plans = list(plans)
+    weights = [1.0] * len(plans) if weights is None else list(weights)
+    if len(weights) != len(plans) or not plans:
+        raise ValueError(f"weights: need one per plan ({len(plans)}), got {len(weights)}")
+
+    def total(network, logits, sharp):
+        out = 0.0
+        for j, (plan, w) in enumerate(zip(plans, weights)):
+            own = {k.split("/", 1)[1]: v for k, v in (logits or {}).items() if k.split("/", 1)[0] == str(j)}
+            out = out + w * step_time(plan, network, background=background, alpha=alpha, sharpness=sharp,
+                                      logits=own or None).step_time
+        return out
+
+    return (lambda network, logits: total(network, logits, sharpness),
+            lambda network, logits: float(total(network, logits, None)))
