@@ -4,10 +4,21 @@ import flowmodel as fm
 
 
 def test_public_names():
-    for name in ("maxmin_rates", "maxmin_structure", "MaxMinStructure", "smooth_maxmin_rates",
-                 "fabric", "reference"):
-        assert hasattr(fm, name), name
-    for name in ("fat_tree", "FatTree", "random_pairs", "TIERS"):
-        assert hasattr(fm.fabric, name), name
-    for name in ("maxmin_rates", "maxmin_violations", "link_loads"):
-        assert hasattr(fm.reference, name), name
+    surface = {
+        fm: ("maxmin_rates", "maxmin_structure", "MaxMinStructure", "smooth_maxmin_rates", "completion_times",
+             "fabric", "reference", "routing", "traffic", "steptime", "optimize"),
+        fm.fabric: ("fat_tree", "FatTree", "random_pairs", "TIERS", "ScaleUp", "Clos", "Site", "LongHaul", "Fleet",
+                    "build", "compile_fabric", "Network", "FabricInfo", "apply_groups", "fail", "meta_24k",
+                    "ring", "full_mesh", "ring_of_regions", "to_networkx"),
+        fm.routing: ("Router", "Candidates", "SubFlows", "ecmp", "spray", "qp_scaling", "wcmp", "route"),
+        fm.traffic: ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "send_recv",
+                     "bus_factor", "Model", "Parallelism", "Training", "llama3_405b", "llama3_405b_training"),
+        fm.steptime: ("route_phase", "phase_time", "plan_training", "step_time", "evaluate_fleet", "Inference",
+                      "Background", "one_f_one_b", "evaluate_schedule"),
+        fm.optimize: ("split_for_min_mlu", "lp_min_mlu", "minimize", "Space", "Knob", "CostModel",
+                      "training_objective", "grid_search", "random_search", "round_to_allowed"),
+        fm.reference: ("maxmin_rates", "maxmin_violations", "link_loads"),
+    }
+    for module, names in surface.items():
+        for name in names:
+            assert hasattr(module, name), f"{module.__name__}.{name}"
