@@ -173,7 +173,7 @@ class Result:
 def minimize(objective: Callable, network: Network, space: Space, *, exact: Callable | None = None,
              logits: Mapping | None = None, budget: float | None = None, steps: int = 200,
              optimizer: optax.GradientTransformation | None = None, restarts: int = 1, seed: int = 0,
-             frozen_logits: bool = False) -> Result:
+             frozen_logits: bool = False, callback: Callable[[int, float], None] | None = None) -> Result:
     """Minimise ``objective(network, logits)`` over the knobs of ``space`` and WCMP ``logits``.
 
     Args:
@@ -183,6 +183,7 @@ def minimize(objective: Callable, network: Network, space: Space, *, exact: Call
       budget: at most this cost for the knobs' links (``space.cost``); None for no budget.
       restarts: runs from different starting points (the first from the fabric's own values,
         projected onto the budget); the best by ``exact`` wins.
+      callback: called as ``callback(step, objective)`` after every step (progress bars).
 
     Example (two buildings 100 km apart; a ring all-reduce over all 16 GPUs; buy long-haul capacity
     at 1 per Gbit/s x km, both directions, with a budget of 160,000):
@@ -242,9 +243,11 @@ def minimize(objective: Callable, network: Network, space: Space, *, exact: Call
         pos = Position(project_budget(jnp.asarray(z0, jnp.result_type(float)), b_j, slack_j), lg)
         state = opt.init(pos)
         history = []
-        for _ in range(steps):
+        for i in range(steps):
             pos, state, value = update(pos, state)
             history.append(float(value))
+            if callback is not None:
+                callback(r * steps + i, history[-1])
         final = float(exact(space.network(network, pos.z), pos.logits))
         runs.append((final, pos, np.array(history)))
     final, pos, history = min(runs, key=lambda run: run[0])

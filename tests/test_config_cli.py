@@ -1,0 +1,161 @@
+"""Units, the scenario schema, bad configs, and the command line contract."""
+
+import copy
+import json
+import os
+
+import numpy as np
+import pytest
+import yaml
+
+from flowmodel import _units, cli, config
+
+HERE = os.path.dirname(__file__)
+QUICKSTART = os.path.join(HERE, "..", "configs", "quickstart.yaml")
+
+
+@pytest.mark.parametrize("text, kind, value", [
+    ("400Gbps", "bandwidth", 50e9), ("50GB/s", "bandwidth", 50e9), ("1.6Tbps", "bandwidth", 200e9),
+    ("100MiB/s", "bandwidth", 100 * 2**20), (12.5e9, "bandwidth", 12.5e9), ("2us", "time", 2e-6),
+    ("936ns", "time", 936e-9), ("1.5ms", "time", 1.5e-3), ("10km", "length", 10.0), ("500m", "length", 0.5),
+    ("256MiB", "size", 256 * 2**20), ("4GB", "size", 4e9), ("1e3", "time", 1e3),
+])
+def test_units(text, kind, value):
+    assert _units.parse(text, kind, "x") == pytest.approx(value, rel=1e-15)
+
+
+@pytest.mark.parametrize("text, kind, match", [
+    ("400Gbs", "bandwidth", r"x: unknown bandwidth unit 'Gbs' in '400Gbs'; known: .*Gbps"),
+    ("fast", "bandwidth", "x: cannot read 'fast' as a bandwidth"),
+    ("10 parsecs", "length", "unknown length unit 'parsecs'"),
+    (True, "time", "expected a time"),
+    ("inf", "time", "cannot read"),
+])
+def test_bad_units(text, kind, match):
+    with pytest.raises(ValueError, match=match):
+        _units.parse(text, kind, "x")
+
+
+def _quickstart() -> dict:
+    with open(QUICKSTART) as fh:
+        return yaml.safe_load(fh)
+
+
+def test_quickstart_loads():
+    sc = config.load(QUICKSTART)
+    assert [s.name for s in sc.fleet.sites] == ["b0", "b1"]
+    assert sc.fleet.num_gpus == 256 and sc.training[0].parallelism.size == 256
+    assert sc.fleet.sites[0].scale_out.nic_bandwidth == 50e9 and sc.fleet.long_haul[0].capacity == 100e9
+    assert sc.alpha == 2e-6 and len(sc.knobs) == 3 and sc.knobs[2].upper == 1.6e12
+
+
+def _mutated(path: str, value):
+    data = _quickstart()
+    node = data
+    keys = path.split("/")
+    for k in keys[:-1]:
+        node = node[int(k)] if isinstance(node, list) else node[k]
+    last = keys[-1]
+    if value is _DELETE:
+        del node[last]
+    else:
+        node[int(last) if isinstance(node, list) else last] = value
+    return data
+
+
+_DELETE = object()
+
+
+@pytest.mark.parametrize("path, value, match", [
+    ("fabric/sites/0/scale_out/oversubscription/1", -1,
+     r"^fabric.sites\[0\].scale_out.oversubscription\[1\]: must be > 0 and finite, got -1"),
+    ("fabric/sites/0/scale_out/nic_bandwidth", "400Gbs", r"^fabric.sites\[0\].scale_out.nic_bandwidth: unknown"),
+    ("fabric/sites/0/scale_out/spines", 4, r"^fabric.sites\[0\].scale_out.spines: unknown key; did you mean "
+                                           r"'spines_per_pod'\?"),
+    ("workloads/training/0/parallelism/dp", 16, r"^workloads.training\[0\]: needs GPUs 0..511, the fabric has 256"),
+    ("fabric/sites/0/scale_up/size", 4, r"parallelism.tp: TP group .* spans scale-up domains"),
+    ("workloads/training/0/model", "gpt-9", r"^workloads.training\[0\].model: unknown model preset 'gpt-9'"),
+    ("workloads/training/0/global_batch", _DELETE, r"^workloads.training\[0\].global_batch: is required"),
+    ("fabric/long_haul/0/b", "b7", r"^fabric: long_haul\[b0-b7\]: unknown site 'b7'"),
+    ("optimize/knobs/0/lower", 9, r"^optimize.knobs\[0\]: bounds reversed, lower 9.0 > upper 8.0"),
+    ("optimize/budget", -5, r"^optimize.budget: must be > 0, got -5"),
+    ("model/sharpness", "high", r"^model.sharpness: expected a number, got 'high'"),
+    ("workloads/training/0/parallelism/pp", 0,
+     r"^workloads.training\[0\].parallelism.pp: must be an integer >= 1, got 0"),
+])
+def test_bad_configs_name_the_key(path, value, match):
+    data = _mutated(path, value)
+    with pytest.raises(ValueError, match=match):
+        sc = config.parse(data)
+        # semantic checks that need the fabric happen when the step is planned
+        from flowmodel import fabric, routing, steptime
+        net, info = fabric.compile_fabric(fabric.build(sc.fleet))
+        steptime.plan_training(sc.training[0], info, routing.Router(info))
+
+
+def test_mutated_configs_load_or_fail_with_one_line():
+    rng = np.random.default_rng(0)
+    base = _quickstart()
+    leaves = []
+
+    def walk(node, path):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, path + [k])
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, path + [i])
+        else:
+            leaves.append(path)
+
+    walk(base, [])
+    junk = [-1, 0, 0.5, 1e30, float("nan"), "x", "12Qbps", None, True, [], {}, "1us", 3, "-2GB/s"]
+    for _ in range(400):
+        data = copy.deepcopy(base)
+        path = leaves[rng.integers(len(leaves))]
+        node = data
+        for k in path[:-1]:
+            node = node[k]
+        node[path[-1]] = junk[rng.integers(len(junk))]
+        try:
+            config.parse(data)
+        except config.ConfigError as e:
+            assert "\n" not in str(e) and ":" in str(e)
+
+
+def test_cli_run_and_bad_config(tmp_path, capsys):
+    small = _quickstart()
+    out = tmp_path / "run"
+    path = tmp_path / "small.yaml"
+    path.write_text(yaml.safe_dump(small))
+    assert cli.main(["run", str(path), "--out", str(out), "--quiet"]) == 0
+    result = json.loads((out / "result.json").read_text())
+    assert result["step_time_s"] > 0 and set(result["breakdown"]) >= {"compute", "tp", "pipeline", "dp"}
+    assert result["step_time_s"] == pytest.approx(sum(result["breakdown"].values()), rel=1e-9)
+    bad = tmp_path / "bad.yaml"
+    small["fabric"]["sites"][0]["scale_out"]["oversubscription"] = [1, -1]
+    bad.write_text(yaml.safe_dump(small))
+    assert cli.main(["run", str(bad), "--out", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "oversubscription[1]" in err[0]
+    assert not (tmp_path / "bad").exists()
+    (tmp_path / "broken.yaml").write_text("fabric: [unclosed\n")
+    assert cli.main(["run", str(tmp_path / "broken.yaml")]) == 2
+    assert "not valid YAML" in capsys.readouterr().err
+
+
+def test_cli_optimize(tmp_path):
+    data = _quickstart()
+    data["optimize"]["steps"] = 15
+    path = tmp_path / "q.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert cli.main(["optimize", str(path), "--out", str(tmp_path / "o"), "--quiet"]) == 0
+    result = json.loads((tmp_path / "o" / "result.json").read_text())
+    for key in ("baseline_step_time_s", "optimized_step_time_s", "parameters", "history"):
+        assert key in result
+    assert result["optimized_step_time_s"] <= result["baseline_step_time_s"] * (1 + 1e-9)
+    assert result["cost"] <= data["optimize"]["budget"] * (1 + 1e-9)
+    assert result["parameters"]["b0/spine_up"]["unit"] == "ratio"
+    assert result["parameters"]["b0/spine_up"]["value"] in (1, 2, 4, 8)
+    assert len(result["history"]) == 15
+    assert (tmp_path / "o" / "loss.png").stat().st_size > 0 and (tmp_path / "o" / "breakdown.png").exists()
