@@ -1,9 +1,10 @@
-"""Command line: ``flowmodel run|optimize CONFIG --out DIR``.
+"""Command line: ``flowmodel run|optimize|sweep CONFIG --out DIR``.
 
 ``run`` writes ``DIR/result.json`` with ``step_time_s`` (the slowest training job's step), its
 ``breakdown`` (seconds), every job's figures and the KV transfer time of every inference service.
 ``optimize`` writes ``baseline_step_time_s``, ``optimized_step_time_s``, ``parameters`` (name ->
-value and unit), ``history`` and ``DIR/loss.png`` and ``DIR/breakdown.png``. A bad config exits with
+value and unit), ``history`` and ``DIR/loss.png`` and ``DIR/breakdown.png``. ``sweep`` writes
+``DIR/sweep.csv``, ``DIR/sweep.json`` and ``DIR/sweep.png``. A bad config exits with
 status 2 and one line naming the key; outputs are written atomically.
 """
 
@@ -134,13 +135,46 @@ def cmd_optimize(scenario, out: str, quiet: bool) -> dict:
     return result
 
 
+def cmd_sweep(scenario, out: str, quiet: bool) -> dict:
+    from . import fabric, plots, steptime, sweep
+
+    if scenario.sweep is None:
+        raise SystemExit("config: has no sweep section")
+    if not scenario.training:
+        raise SystemExit("config: sweep needs at least one training job")
+    network, info, router = _setup(scenario)
+    plan = steptime.plan_training(scenario.training[0], info, router, policy=scenario.routing["policy"],
+                                  seed=scenario.routing["seed"])
+    for group in scenario.sweep["grid"]:
+        if group not in info.groups:
+            raise ValueError(f"sweep.grid.{group}: unknown link group; known: {', '.join(sorted(info.groups))}")
+
+    def evaluate(p):
+        res = steptime.step_time(plan, fabric.apply_groups(network, info, p), alpha=scenario.alpha)
+        return {"step_time_s": res.step_time, **{f"{k}_s": v for k, v in res.breakdown.items()}}
+
+    points = sweep.grid(**scenario.sweep["grid"])
+    table = sweep.sweep(evaluate, points, chunk=scenario.sweep["chunk"], progress=not quiet)
+    csv_path, json_path = sweep.write_table(table, out)
+    names = list(scenario.sweep["grid"])
+    plots.sweep_lines(table, names, "step_time_s", os.path.join(out, "sweep.png"))
+    if not quiet:
+        best = int(np.argmin(table["step_time_s"]))
+        at = ", ".join(f"{n} = {table[n][best]:.5g}" for n in names)
+        print(f"{scenario.name}: {len(table['step_time_s'])} points; best step time "
+              f"{table['step_time_s'][best]:.4f} s at {at}")
+        print(f"wrote {csv_path}, {json_path}")
+    return table
+
+
 def main(argv: list[str] | None = None) -> int:
     from .config import ConfigError, load
 
     ap = argparse.ArgumentParser(prog="flowmodel", description="Flow-level model of AI fleet networks.")
     sub = ap.add_subparsers(dest="command", required=True)
     for name, text in (("run", "step time of every workload in a scenario"),
-                       ("optimize", "minimise step time over the scenario's knobs under its budget")):
+                       ("optimize", "minimise step time over the scenario's knobs under its budget"),
+                       ("sweep", "step time over the scenario's sweep grid (vmapped, sharded over devices)")):
         p = sub.add_parser(name, help=text)
         p.add_argument("config")
         p.add_argument("--out", default=None, help="output folder (default out/<config name>)")
@@ -152,11 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     jax.config.update("jax_enable_x64", True)
     try:
         scenario = load(args.config)
-        {"run": cmd_run, "optimize": cmd_optimize}[args.command](scenario, out, args.quiet)
+        {"run": cmd_run, "optimize": cmd_optimize, "sweep": cmd_sweep}[args.command](scenario, out, args.quiet)
     except (ConfigError, ValueError) as e:
         print(f"flowmodel: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
-    if not args.quiet:
+    if not args.quiet and args.command != "sweep":
         print(f"\nwrote {os.path.join(out, 'result.json')}")
     return 0
 

@@ -70,8 +70,9 @@ KNOB = {"group": ("str", REQUIRED), "lower": ("knob", REQUIRED), "upper": ("knob
 COST = {"per_gbps": ("prices", None), "per_gbps_km": ("float", 0.0)}
 OPTIMIZE = {"knobs": ([KNOB], REQUIRED), "cost": (COST, {}), "budget": ("float", None), "steps": ("int", 100),
             "learning_rate": ("float", 0.05), "restarts": ("int", 1), "seed": ("int", 0)}
+SWEEP = {"grid": ("grid", REQUIRED), "chunk": ("int", None)}
 SCENARIO = {"name": ("str", "scenario"), "fabric": (FABRIC, REQUIRED), "workloads": (WORKLOADS, REQUIRED),
-            "model": (OPTIONS, {}), "optimize": (OPTIMIZE, None)}
+            "model": (OPTIONS, {}), "optimize": (OPTIMIZE, None), "sweep": (SWEEP, None)}
 
 MODEL_PRESETS = {"llama3-405b": llama3_405b}
 
@@ -110,6 +111,10 @@ def _scalar(kind: str, value, where: str):
         return [_scalar(item, v, f"{where}[{i}]") for i, v in enumerate(items)]
     if kind == "knob":  # a ratio (number) or a capacity (bandwidth string)
         return _scalar("bandwidth", value, where) if isinstance(value, str) else _scalar("float", value, where)
+    if kind == "grid":  # link group -> list of values (ratios, or capacities with units)
+        if not isinstance(value, dict) or not value:
+            _fail(where, f"expected a mapping of link group -> list of values, got {value!r}")
+        return {str(k): _scalar("knobs", v, f"{where}.{k}") for k, v in value.items()}
     if kind == "prices":
         if not isinstance(value, dict):
             _fail(where, f"expected a mapping of tier -> price per Gbit/s, got {value!r}")
@@ -182,6 +187,7 @@ class Scenario:
     optimize: dict | None
     knobs: tuple[Knob, ...]
     cost: CostModel | None
+    sweep: dict | None = None
 
 
 def _sites(raw: list, where: str) -> list[Site]:
@@ -270,9 +276,16 @@ def parse(data: Any, *, source: str = "config") -> Scenario:
     options = raw["model"]
     if options["sharpness"] <= 0:
         _fail("model.sharpness", f"must be > 0, got {options['sharpness']}")
+    sw = raw["sweep"]
+    if sw is not None:
+        for group, values in sw["grid"].items():
+            if not values or min(values) <= 0:
+                _fail(f"sweep.grid.{group}", f"needs positive values, got {values}")
+        if sw["chunk"] is not None and sw["chunk"] < 1:
+            _fail("sweep.chunk", f"must be >= 1, got {sw['chunk']}")
     return Scenario(name=raw["name"], fleet=fleet, routing=fab["routing"], training=tuple(training),
                     inference=tuple(inference), background=tuple(background), sharpness=options["sharpness"],
-                    alpha=options["alpha"], optimize=opt, knobs=knobs, cost=cost)
+                    alpha=options["alpha"], optimize=opt, knobs=knobs, cost=cost, sweep=sw)
 
 
 def load(path: str) -> Scenario:

@@ -55,3 +55,27 @@ def breakdown_bars(breakdowns: dict[str, dict[str, float]], path: str) -> None:
     ax.legend(fontsize=8)
     _save(fig, path)
     plt.close(fig)
+
+
+def sweep_lines(table: dict, names: list[str], output: str, path: str) -> None:
+    """``output`` against the first swept parameter, one line per value of the others."""
+    import numpy as np
+
+    plt = _figure()
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    x = np.asarray(table[names[0]])
+    others = [np.asarray(table[n]) for n in names[1:]]
+    keys = sorted(set(zip(*others))) if others else [()]
+    for key in keys:
+        mask = np.ones(x.size, bool)
+        for col, v in zip(others, key):
+            mask &= col == v
+        label = ", ".join(f"{n}={v:.3g}" for n, v in zip(names[1:], key)) or None
+        ax.plot(x[mask], np.asarray(table[output])[mask], marker="o", label=label)
+    ax.set_xlabel(names[0])
+    ax.set_ylabel(output)
+    ax.grid(alpha=0.3)
+    if others:
+        ax.legend(fontsize=7)
+    _save(fig, path)
+    plt.close(fig)

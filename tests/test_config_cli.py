@@ -159,3 +159,20 @@ def test_cli_optimize(tmp_path):
     assert result["parameters"]["b0/spine_up"]["value"] in (1, 2, 4, 8)
     assert len(result["history"]) == 15
     assert (tmp_path / "o" / "loss.png").stat().st_size > 0 and (tmp_path / "o" / "breakdown.png").exists()
+
+
+def test_cli_sweep(tmp_path):
+    data = _quickstart()
+    data["sweep"] = {"grid": {"long_haul/b0-b1": ["200Gbps", "1.6Tbps"], "b0/spine_up": [1, 8]}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert cli.main(["sweep", str(path), "--out", str(tmp_path / "s"), "--quiet"]) == 0
+    rows = json.loads((tmp_path / "s" / "sweep.json").read_text())
+    assert len(rows) == 4 and {r["long_haul/b0-b1"] for r in rows} == {25e9, 200e9}
+    slow = [r["step_time_s"] for r in rows if r["long_haul/b0-b1"] == 25e9]
+    fast = [r["step_time_s"] for r in rows if r["long_haul/b0-b1"] == 200e9]
+    assert min(slow) > max(fast)  # a thinner long-haul link never helps
+    assert (tmp_path / "s" / "sweep.csv").exists() and (tmp_path / "s" / "sweep.png").exists()
+    data["sweep"] = {"grid": {"b9/spine_up": [1, 2]}}
+    path.write_text(yaml.safe_dump(data))
+    assert cli.main(["sweep", str(path), "--out", str(tmp_path / "bad"), "--quiet"]) == 2
