@@ -1,6 +1,8 @@
 """Fabric builders: descriptions of scale-up, scale-out and scale-across networks, built into networkx
 graphs and compiled to arrays; failures; and the closed-form k-ary fat-tree used by the benchmarks."""
 
+from ._astra import AstraRouter as AstraRouter
+from ._astra import from_astra as from_astra
 from ._build import build as build
 from ._failures import fail as fail
 from ._fattree import TIERS as TIERS
