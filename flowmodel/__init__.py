@@ -14,6 +14,7 @@ peers.simgrid (the SimGrid cross-check).
 from . import fabric as fabric
 from . import optimize as optimize
 from . import reference as reference
+from . import resilience as resilience
 from . import routing as routing
 from . import steptime as steptime
 from . import traffic as traffic

@@ -1,0 +1,149 @@
+"""Failures and what they cost: step time over failure scenarios, expected and tail.
+
+A :class:`Failure` names what breaks (cables, link groups, switches, sites, or cables degraded to a
+fraction of their capacity) and its probability weight. ``evaluate_failures`` applies each scenario
+to the fabric graph, re-compiles and re-routes (the routing policy moves traffic to surviving paths),
+re-plans every job and evaluates their step times; a job that loses a GPU or a path is reported as
+disconnected (step time ``inf``), never dropped. ``degraded_step_times`` is the batched form for
+capacity-only scenarios (no re-routing): one ``vmap`` over capacity masks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import networkx as nx
+import numpy as np
+
+from .fabric import compile_fabric, fail
+from .fabric._network import Network
+from .routing import Router
+from .steptime import evaluate_fleet, plan_training, step_time
+from .traffic import Training
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    """One failure scenario (see ``fabric.fail`` for what each field removes or degrades)."""
+
+    name: str
+    cables: tuple = ()
+    switches: tuple[str, ...] = ()
+    sites: tuple[str, ...] = ()
+    degrade: tuple[tuple[object, float], ...] = ()
+    probability: float = 1.0
+
+    def apply(self, g: nx.DiGraph) -> nx.DiGraph:
+        return fail(g, cables=self.cables, switches=self.switches, sites=self.sites, degrade=dict(self.degrade))
+
+
+def single_failures(g: nx.DiGraph, *, tiers: Sequence[str] = ("long_haul",), switch_kinds: Sequence[str] = (),
+                    sites: bool = False, fraction: float | None = None, probability: float = 1.0) -> list[Failure]:
+    """One scenario per cable of the given tiers (or that cable degraded to ``fraction``), per switch of
+    the given kinds, and per site if asked; each with the same probability weight."""
+    out, seen = [], set()
+    for u, v, d in g.edges(data=True):
+        if d.get("tier") in tiers and frozenset((u, v)) not in seen:
+            seen.add(frozenset((u, v)))
+            if fraction is None:
+                out.append(Failure(f"{u}-{v} down", cables=((u, v),), probability=probability))
+            else:
+                out.append(Failure(f"{u}-{v} at {fraction:g}", degrade=(((u, v), fraction),), probability=probability))
+    for n, d in g.nodes(data=True):
+        if d.get("kind") in switch_kinds:
+            out.append(Failure(f"{n} down", switches=(n,), probability=probability))
+    if sites:
+        for s in sorted({d.get("site") for _, d in g.nodes(data=True) if d.get("site")}):
+            out.append(Failure(f"site {s} down", sites=(s,), probability=probability))
+    if not out:
+        raise ValueError("single_failures: no cable, switch or site matches the request")
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class FailureReport:
+    """Step time of every job in every scenario (``inf``: disconnected), and the summary per job."""
+
+    scenarios: list[str]
+    step_times: dict[str, np.ndarray]  # job -> float[S]
+    healthy: dict[str, float]
+    expected: dict[str, float]  # probability-weighted mean over connected scenarios
+    p99: dict[str, float]
+    worst: dict[str, tuple[str, float]]
+    disconnected: dict[str, list[str]]  # job -> scenarios where it lost GPUs or paths
+
+
+def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    order = np.argsort(values)
+    cum = np.cumsum(weights[order]) / weights.sum()
+    return float(values[order][min(np.searchsorted(cum, q), values.size - 1)])
+
+
+def evaluate_failures(g: nx.DiGraph, jobs: Sequence[Training], scenarios: Sequence[Failure], *,
+                      policy: str = "ecmp", seed: int = 0, alpha: float = 0.0, max_paths: int = 16,
+                      site_paths: int = 2) -> FailureReport:
+    """Step time of every job, healthy and under each scenario (re-routed), with expected and tail."""
+    if not scenarios:
+        raise ValueError("scenarios: none given")
+    probs = np.array([s.probability for s in scenarios], np.float64)
+    if not (np.isfinite(probs).all() and (probs > 0).all()):
+        raise ValueError(f"scenarios: probabilities must be > 0, got {probs.tolist()}")
+
+    def run(graph) -> dict[str, float]:
+        network, info = compile_fabric(graph)
+        router = Router(info, max_paths=max_paths, site_paths=site_paths, seed=seed)
+        alive, out = [], {}
+        for job in jobs:
+            ranks = job.job_ranks(info.num_gpus)
+            if (info.gpus[ranks] < 0).any():
+                out[job.name] = np.inf  # lost GPUs with their site
+                continue
+            try:
+                plan_training(job, info, router, policy=policy, seed=seed)  # routes every collective
+            except ValueError as e:
+                if "no path" not in str(e):
+                    raise
+                out[job.name] = np.inf
+                continue
+            alive.append(job)
+        if alive:
+            res = evaluate_fleet(alive, network, info, router, policy=policy, seed=seed, alpha=alpha)
+            out.update({name: float(r.step_time) for name, r in res.steps.items()})
+        return out
+
+    healthy = run(g)
+    names = [s.name for s in scenarios]
+    per_job = {job.name: np.empty(len(scenarios)) for job in jobs}
+    for i, s in enumerate(scenarios):
+        result = run(s.apply(g))
+        for job in jobs:
+            per_job[job.name][i] = result[job.name]
+    expected, p99, worst, lost = {}, {}, {}, {}
+    for name, t in per_job.items():
+        ok = np.isfinite(t)
+        lost[name] = [names[i] for i in np.flatnonzero(~ok)]
+        expected[name] = float(np.sum(probs[ok] * t[ok]) / probs[ok].sum()) if ok.any() else np.inf
+        p99[name] = _weighted_quantile(t, probs, 0.99)
+        j = int(np.argmax(np.where(ok, t, -np.inf))) if ok.any() else 0
+        worst[name] = (names[j], float(t[j]))
+    return FailureReport(names, per_job, healthy, expected, p99, worst, lost)
+
+
+def degraded_step_times(plan, network: Network, masks) -> jax.Array:
+    """Exact step time under each capacity mask (float[S, L] multipliers in (0, 1]), in one ``vmap``;
+    routes stay as planned (a degraded link keeps carrying its traffic, more slowly)."""
+    masks = jnp.asarray(masks)
+    if masks.ndim != 2 or masks.shape[1] != network.num_links:
+        raise ValueError(f"masks: expected float[S, {network.num_links}], got shape {masks.shape}")
+    m = np.asarray(masks)
+    if not ((m > 0) & (m <= 1)).all():
+        bad = np.argwhere(~((m > 0) & (m <= 1)))[0]
+        raise ValueError(f"masks[{bad[0]}, {bad[1]}]: must be in (0, 1], got {m[tuple(bad)]}")
+
+    def one(mask):
+        return step_time(plan, Network(capacity=network.capacity * mask, latency=network.latency)).step_time
+
+    return jax.vmap(one)(masks)

@@ -1,0 +1,83 @@
+"""Failure scenarios: re-routing, expected and tail step time, disconnection, batched degradations."""
+
+import numpy as np
+import pytest
+
+from flowmodel import fabric as fb
+from flowmodel import resilience as rs
+from flowmodel import routing as rt
+from flowmodel import steptime as st
+from flowmodel import traffic as tr
+
+TINY = tr.Model("tiny", layers=4, hidden=1024, ffn_hidden=4096, heads=16, kv_heads=4, vocab=8000, seq_len=2048)
+SITE = fb.Clos(tiers=2, gpus_per_leaf=4, leaves_per_pod=2, spines_per_pod=2, latency=1e-6)
+
+
+def _ring():
+    sites = tuple(fb.Site(n, scale_out=SITE, scale_up=fb.ScaleUp(size=4)) for n in "abc")
+    return fb.build(fb.Fleet(sites=sites, long_haul=fb.ring("abc", capacity=[40e9, 40e9, 40e9],
+                                                             length_km=[100.0, 300.0, 200.0])))
+
+
+JOB = tr.Training(TINY, tr.Parallelism(tp=4, pp=1, dp=4), global_batch=8, name="ab", ranks=tuple(range(16)))
+
+
+def test_long_haul_failures_reroute_round_the_ring():
+    g = _ring()
+    scenarios = rs.single_failures(g, tiers=("long_haul",))
+    assert len(scenarios) == 3
+    report = rs.evaluate_failures(g, [JOB], scenarios)
+    t = report.step_times["ab"]
+    assert np.isfinite(t).all()  # a ring survives any single cut
+    assert (t >= report.healthy["ab"] * (1 - 1e-9)).all()
+    cut = report.scenarios.index("a/border-b/border down")
+    assert report.worst["ab"][0] == report.scenarios[cut]  # losing the job's own link costs most
+    assert t[cut] > report.healthy["ab"] * 1.05  # it now crosses 500 km and shares two links
+    assert report.expected["ab"] == pytest.approx(t.mean())
+    assert report.p99["ab"] == pytest.approx(t.max())
+    again = rs.evaluate_failures(g, [JOB], scenarios)
+    np.testing.assert_array_equal(again.step_times["ab"], t)  # deterministic
+
+
+def test_a_job_that_loses_its_site_or_path_is_reported():
+    g = _ring()
+    other = tr.Training(TINY, tr.Parallelism(tp=4, pp=1, dp=2), global_batch=4, name="c", ranks=tuple(range(16, 24)))
+    cut_a = rs.Failure("a isolated", cables=("long_haul/a-b", "long_haul/c-a"), probability=0.5)
+    site_c = rs.Failure("site c down", sites=("c",), probability=0.5)
+    report = rs.evaluate_failures(g, [JOB, other], [cut_a, site_c])
+    assert report.disconnected["ab"] == ["a isolated"] and report.disconnected["c"] == ["site c down"]
+    assert np.isinf(report.step_times["ab"][0]) and np.isfinite(report.step_times["ab"][1])
+    assert np.isfinite(report.step_times["c"][0])
+    assert report.p99["ab"] == np.inf and np.isfinite(report.expected["ab"])
+
+
+def test_degradations_in_one_vmap_match_a_loop_and_only_slow_down():
+    g = _ring()
+    net, info = fb.compile_fabric(g)
+    plan = st.plan_training(JOB, info, rt.Router(info))
+    lh = info.links_where(tier="long_haul")
+    rng = np.random.default_rng(0)
+    masks = np.ones((6, info.num_links))
+    for i in range(1, 6):
+        masks[i, lh] = rng.uniform(0.2, 1.0, lh.size)
+    batched = np.asarray(rs.degraded_step_times(plan, net, masks))
+    loop = [float(st.step_time(plan, fb.Network(capacity=net.capacity * m, latency=net.latency)).step_time)
+            for m in masks]
+    np.testing.assert_allclose(batched, loop, rtol=1e-9)
+    assert np.isfinite(batched).all() and (batched[1:] >= batched[0] * (1 - 1e-12)).all()
+    with pytest.raises(ValueError, match=r"masks\[0, 3\]: must be in \(0, 1\]"):
+        bad = masks.copy()
+        bad[0, 3] = 0.0
+        rs.degraded_step_times(plan, net, bad)
+
+
+def test_bad_scenarios():
+    g = _ring()
+    with pytest.raises(ValueError, match="scenarios: none given"):
+        rs.evaluate_failures(g, [JOB], [])
+    with pytest.raises(ValueError, match="probabilities must be > 0"):
+        rs.evaluate_failures(g, [JOB], [rs.Failure("x", cables=("long_haul/a-b",), probability=0.0)])
+    with pytest.raises(ValueError, match="no cable, switch or site matches"):
+        rs.single_failures(g, tiers=("core",))
+    with pytest.raises(ValueError, match="failures.switches: unknown node 'a/spine9'"):
+        rs.evaluate_failures(g, [JOB], [rs.Failure("x", switches=("a/spine9",))])
