@@ -143,7 +143,8 @@ def _read(obj, spec: dict, where: str) -> dict:
         if key not in obj or obj[key] is None:
             if default is REQUIRED:
                 _fail(path, "is required")
-            out[key] = default
+            # a section left out takes every default of its spec
+            out[key] = _read(default, kind, path) if isinstance(kind, dict) and default is not None else default
         elif isinstance(kind, dict):
             out[key] = _read(obj[key], kind, path)
         elif isinstance(kind, list):

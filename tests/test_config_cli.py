@@ -176,3 +176,23 @@ def test_cli_sweep(tmp_path):
     data["sweep"] = {"grid": {"b9/spine_up": [1, 2]}}
     path.write_text(yaml.safe_dump(data))
     assert cli.main(["sweep", str(path), "--out", str(tmp_path / "bad"), "--quiet"]) == 2
+
+
+SHIPPED = ["quickstart", "llama3_24k", "dsf_vs_ecmp", "mixed_workloads", "gw_regional_ring"]
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_configs_load_and_say_what_they_reproduce(name):
+    path = os.path.join(HERE, "..", "configs", f"{name}.yaml")
+    assert open(path).readline().startswith("# ")  # a comment header
+    sc = config.load(path)
+    assert sc.name == name and (sc.training or sc.inference)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["dsf_vs_ecmp", "mixed_workloads", "gw_regional_ring"])
+def test_shipped_configs_run(name, tmp_path):
+    path = os.path.join(HERE, "..", "configs", f"{name}.yaml")
+    assert cli.main(["run", path, "--out", str(tmp_path), "--quiet"]) == 0
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert np.isfinite(result["step_time_s"]) and result["step_time_s"] > 0
