@@ -113,8 +113,6 @@ def test_random_failures_report_or_reroute_never_nan(fleet, kill):
     report = rs.evaluate_failures(g, [job], [rs.Failure("cut", cables=((u, v),))])
     t = report.step_times["j"][0]
     assert not np.isnan(t)
-    # a NIC cut strands its GPU: reported, not dropped; any other single cut is re-routed (ECMP may
-    # re-hash onto luckier paths, so a cut can even speed a step up: no monotonicity claim here)
+    # a job that loses a path is reported, not dropped; otherwise it is re-routed (a GPU whose NIC is
+    # cut still reaches its scale-up peers, and ECMP may re-hash onto luckier paths: no monotonicity)
     assert (report.disconnected["j"] == ["cut"]) == bool(np.isinf(t))
-    if g.edges[u, v]["tier"] == "nic":
-        assert np.isinf(t)
