@@ -110,7 +110,7 @@ def test_mutated_configs_load_or_fail_with_one_line():
 
     walk(base, [])
     junk = [-1, 0, 0.5, 1e30, float("nan"), "x", "12Qbps", None, True, [], {}, "1us", 3, "-2GB/s"]
-    for _ in range(400):
+    for _ in range(2000):
         data = copy.deepcopy(base)
         path = leaves[rng.integers(len(leaves))]
         node = data
