@@ -110,6 +110,7 @@ def test_mutated_configs_load_or_fail_with_one_line():
 
     walk(base, [])
     junk = [-1, 0, 0.5, 1e30, float("nan"), "x", "12Qbps", None, True, [], {}, "1us", 3, "-2GB/s"]
+    outcomes = {"loaded": 0, "refused": 0}
     for _ in range(2000):
         data = copy.deepcopy(base)
         path = leaves[rng.integers(len(leaves))]
@@ -119,8 +120,11 @@ def test_mutated_configs_load_or_fail_with_one_line():
         node[path[-1]] = junk[rng.integers(len(junk))]
         try:
             config.parse(data)
+            outcomes["loaded"] += 1
         except config.ConfigError as e:
             assert "\n" not in str(e) and ":" in str(e)
+            outcomes["refused"] += 1
+    assert outcomes["loaded"] > 100 and outcomes["refused"] > 100
 
 
 def test_cli_run_and_bad_config(tmp_path, capsys):
