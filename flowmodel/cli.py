@@ -49,8 +49,7 @@ def _fleet_result(scenario, network, info, router) -> dict:
                                   alpha=scenario.alpha)
     jobs = {name: {"step_time_s": float(r.step_time), "breakdown": _floats(r.breakdown),
                    "by_domain": _floats(r.by_domain),
-                   "collectives": {k: {"seconds": float(v["seconds"]), "bound_seconds": float(v["bound_seconds"]),
-                                       "efficiency": float(v["efficiency"]), "domain": v["domain"]}
+                   "collectives": {k: {key: (val if isinstance(val, str) else float(val)) for key, val in v.items()}
                                    for k, v in r.collectives.items()}}
             for name, r in res.steps.items()}
     slowest = max(jobs, key=lambda n: jobs[n]["step_time_s"]) if jobs else None

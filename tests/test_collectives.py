@@ -108,3 +108,15 @@ def test_a_rank_beyond_the_fabric_is_named():
     net, info, router = _one_switch(4)
     with pytest.raises(ValueError, match=r"src\[4\] = 4 is not a GPU rank"):
         st.route_phase(tr.all_reduce(np.arange(5), 1.0).phases[0], router)
+
+
+def test_training_report_gives_nccl_bus_bandwidth():
+    from flowmodel import steptime
+    model = tr.Model("m", layers=2, hidden=1024, ffn_hidden=4096, heads=8, kv_heads=8, vocab=1000, seq_len=1024)
+    su = fb.ScaleUp(size=4, bandwidth=400e9, latency=0.0)
+    net, info, router = _one_switch(8, scale_up=su)
+    job = tr.Training(model, tr.Parallelism(tp=4, dp=2), global_batch=2)
+    res = steptime.step_time(steptime.plan_training(job, info, router), net)
+    ag = res.collectives["tp_all_gather"]
+    assert ag["bytes"] == 1024 * 1024 * 2 and ag["ranks"] == 4
+    assert ag["busbw"] == pytest.approx(400e9, rel=1e-9)  # an ideal NVSwitch domain runs at line rate

@@ -25,7 +25,7 @@ import numpy as np
 from .._congestion import link_bytes, route_latency, scheduled_bound
 from ..fabric._network import FabricInfo, Network
 from ..routing import Router
-from ..traffic._collectives import Phase, all_gather, all_reduce, all_to_all, reduce_scatter, send_recv
+from ..traffic._collectives import Phase, all_gather, all_reduce, all_to_all, bus_factor, reduce_scatter, send_recv
 from ..traffic._workload import Training
 from ._comm import DOMAINS, RoutedPhase, phase_finish, phase_time, residual_capacity, route_phase
 from ._schedule import evaluate_schedule, one_f_one_b
@@ -45,6 +45,7 @@ class TrainingPlan:
     dp_stage: np.ndarray  # int64[F] virtual stage of each DP flow
     schedule: list
     domains: dict[str, str]
+    sizes: dict[str, tuple[str, float, int]]  # per-layer kind -> (collective, bytes, ranks per group)
 
 
 def _stage_layers(layers: int, V: int) -> np.ndarray:
@@ -67,24 +68,29 @@ def plan_training(job: Training, info: FabricInfo, router: Router, *, policy: st
     b, h, dt = job.micro_batch, model.hidden, model.dtype_bytes
     seq = model.seq_len // par.cp
 
-    def rp(collective):
+    sizes: dict[str, tuple[str, float, int]] = {}
+
+    def rp(collective, name=None):
+        if name is not None:
+            sizes[name] = (collective.kind, collective.size, collective.group_size)
         return [route_phase(ph, router, policy, seed=seed, qps=qps) for ph in collective.phases]
 
     tp_groups = grid.reshape(-1, par.tp)
     collectives: dict[str, list[RoutedPhase]] = {}
     if par.tp > 1:
         activation = b * seq * h * dt
-        collectives["tp_all_gather"] = rp(all_gather(tp_groups, activation))
-        collectives["tp_reduce_scatter"] = rp(reduce_scatter(tp_groups, activation))
+        collectives["tp_all_gather"] = rp(all_gather(tp_groups, activation), "tp_all_gather")
+        collectives["tp_reduce_scatter"] = rp(reduce_scatter(tp_groups, activation), "tp_reduce_scatter")
     if par.cp > 1:
         cp_groups = grid.transpose(0, 1, 3, 2).reshape(-1, par.cp)
         kv = 2 * b * model.seq_len * model.kv_dim * dt / par.tp
-        collectives["cp_all_gather"] = rp(all_gather(cp_groups, kv))
-        collectives["cp_reduce_scatter"] = rp(reduce_scatter(cp_groups, kv))
+        collectives["cp_all_gather"] = rp(all_gather(cp_groups, kv), "cp_all_gather")
+        collectives["cp_reduce_scatter"] = rp(reduce_scatter(cp_groups, kv), "cp_reduce_scatter")
     if model.experts and par.ep > 1:
         ep_groups = grid.reshape(par.dp // par.ep, par.ep, par.pp, par.cp, par.tp).transpose(0, 2, 3, 4, 1)
         tokens = b * seq / par.tp
-        collectives["ep_all_to_all"] = rp(all_to_all(ep_groups.reshape(-1, par.ep), tokens * model.top_k * h * dt))
+        collectives["ep_all_to_all"] = rp(all_to_all(ep_groups.reshape(-1, par.ep), tokens * model.top_k * h * dt),
+                                          "ep_all_to_all")
 
     p, v = par.pp, par.virtual_stages
     pp_fwd, pp_bwd = [None] * p, [None] * p
@@ -124,7 +130,7 @@ def plan_training(job: Training, info: FabricInfo, router: Router, *, policy: st
     if dp_plan is not None:
         domains["dp"] = dp_plan.domain
     return TrainingPlan(job, grid, layers, collectives, pp_fwd, pp_bwd, dp_plan, dp_stage,
-                        one_f_one_b(p, job.micro_batches, v), domains)
+                        one_f_one_b(p, job.micro_batches, v), domains, sizes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,7 +142,8 @@ class StepResult:
     that rank), ``dp`` (DP reduction left exposed after the pipeline drains). ``by_domain`` puts the
     exposed communication into scale-up / scale-out / scale-across by the links its flows cross.
     ``collectives`` gives each per-layer kind's time per call, its bandwidth bound (max over links of
-    bytes / capacity, plus the same latency term) and efficiency = bound / time.
+    bytes / capacity, plus the same latency term), efficiency = bound / time, and nccl-tests' algbw
+    (bytes / time) and busbw (algbw x the collective's factor).
     """
 
     step_time: object
@@ -261,8 +268,10 @@ def step_time(plan: TrainingPlan, network: Network, *, info: FabricInfo | None =
         names = [n for n in seconds if n.startswith(kind + "[")]
         time = sum(seconds[n] for n in names)
         bound = sum(_bound(phases[n], capacity, latency, alpha) for n in names)
+        collective, size, n = plan.sizes[kind]
         report[kind] = {"seconds": time, "bound_seconds": bound, "efficiency": bound / time,
-                        "domain": plan.domains[kind]}
+                        "domain": plan.domains[kind], "bytes": size, "ranks": n, "algbw": size / time,
+                        "busbw": size / time * bus_factor(collective, n)}
     return StepResult(step_time=finish, breakdown=parts, by_domain=by_domain, collectives=report)
 
 
