@@ -1,0 +1,78 @@
+"""Aggregation-tier oversubscription 1:1 ... 16:1: step time against cost, with the optimizer's choice.
+
+    PYTHONPATH=. python experiments/oversubscription.py [--config configs/dsf_vs_ecmp.yaml]
+        [--group hall/spine_up] [--price 1.0] [--budget-ratio 3.0] [--out out/oversubscription]
+
+Sweeps the group's ratio (one vmapped call over every point, exact step time), prices the uplinks at
+``--price`` per Gbit/s, then lets the optimizer choose the ratio within the budget that ratio
+``--budget-ratio`` would cost. Writes OUT/result.json and OUT/oversubscription.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import jax
+import numpy as np
+
+jax.config.update("jax_enable_x64", True)
+
+from flowmodel import config, fabric, optimize, routing, steptime, sweep  # noqa: E402
+from flowmodel._io import write_json_atomic  # noqa: E402
+from flowmodel.plots import _figure, _save  # noqa: E402
+
+RATIOS = [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="configs/dsf_vs_ecmp.yaml")
+    ap.add_argument("--group", default="hall/spine_up")
+    ap.add_argument("--price", type=float, default=1.0)
+    ap.add_argument("--budget-ratio", type=float, default=3.0)
+    ap.add_argument("--out", default="out/oversubscription")
+    args = ap.parse_args()
+
+    scenario = config.load(args.config)
+    network, info = fabric.compile_fabric(fabric.build(scenario.fleet))
+    plan = steptime.plan_training(scenario.training[0], info, routing.Router(info))
+    tier = str(info.tier[info.groups[args.group].links[0]])
+    space = optimize.Space(info, (optimize.Knob(args.group, 1.0, 16.0),), optimize.CostModel({tier: args.price}))
+    a, b = space.cost_line()
+
+    def cost(ratio):
+        return a + float(b[0] * space.positions({args.group: ratio})[0])
+
+    table = sweep.sweep(lambda p: {"step_time_s": steptime.step_time(
+        plan, fabric.apply_groups(network, info, {args.group: p["ratio"]}), alpha=scenario.alpha).step_time},
+        {"ratio": np.array(RATIOS)})
+    costs = [cost(r) for r in RATIOS]
+    budget = cost(args.budget_ratio)
+    objective, exact = optimize.training_objective([plan], sharpness=scenario.sharpness, alpha=scenario.alpha)
+    res = optimize.minimize(objective, network, space, exact=exact, budget=budget, steps=60)
+    chosen = res.parameters[args.group]["value"]
+
+    print(f"\n{scenario.name}: {args.group} ({tier}), price {args.price} per Gbit/s")
+    print(f"{'ratio':>6} {'cost':>12} {'step s':>8}")
+    for r, c, t in zip(RATIOS, costs, table["step_time_s"]):
+        print(f"{r:>6.1f} {c:>12.6g} {t:>8.4f}")
+    print(f"optimizer, budget {budget:.6g} (= {args.budget_ratio}:1): ratio {chosen:.3f}, step {res.optimized:.4f} s")
+    write_json_atomic(os.path.join(args.out, "result.json"), {
+        "group": args.group, "ratios": RATIOS, "costs": costs, "step_time_s": table["step_time_s"].tolist(),
+        "budget": budget, "optimizer": {"ratio": chosen, "step_time_s": res.optimized, "cost": res.cost}})
+    plt = _figure()
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    ax.plot(costs, table["step_time_s"], marker="o")
+    for r, c, t in zip(RATIOS, costs, table["step_time_s"]):
+        ax.annotate(f"{r:g}:1", (c, t), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.plot([res.cost], [res.optimized], marker="*", markersize=14, color="C3", label="optimizer (budget)")
+    ax.set_xlabel("uplink cost")
+    ax.set_ylabel("step time (s)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    _save(fig, os.path.join(args.out, "oversubscription.png"))
+
+
+if __name__ == "__main__":
+    main()
