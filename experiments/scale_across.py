@@ -1,0 +1,78 @@
+"""Data parallelism across 2-5 buildings and regions 100-2,000 km apart: step time against long-haul
+capacity and distance, for ring and tree gradient all-reduce.
+
+    PYTHONPATH=. python experiments/scale_across.py [--out out/scale_across]
+
+Each site: 64 GPUs (8-GPU NVSwitch domains, a 2-tier 400 Gbps Clos); sites on a ring with equal
+segments; one TP8 x DP(8 x sites) job of an 8B-class model. For each site count and distance, one
+vmapped sweep over the long-haul capacity. Writes OUT/result.json and OUT/scale_across.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import jax
+import numpy as np
+
+jax.config.update("jax_enable_x64", True)
+
+from flowmodel import fabric as fb  # noqa: E402
+from flowmodel import routing, steptime, sweep  # noqa: E402
+from flowmodel import traffic as tr  # noqa: E402
+from flowmodel._io import write_json_atomic  # noqa: E402
+from flowmodel.plots import _figure, _save  # noqa: E402
+
+MODEL = tr.Model("8b-class", layers=32, hidden=4096, ffn_hidden=14336, heads=32, kv_heads=8, vocab=128256,
+                 seq_len=8192)
+SITE = fb.Clos(tiers=2, gpus_per_leaf=16, leaves_per_pod=4, spines_per_pod=4, latency=1e-6)
+CAPACITIES = np.array([0.4e12, 1.6e12, 6.4e12]) / 8  # bytes/s for 0.4, 1.6, 6.4 Tbps
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="out/scale_across")
+    args = ap.parse_args()
+    rows = []
+    for sites in (2, 3, 5):
+        for km in (100.0, 500.0, 1000.0, 2000.0):
+            names = [f"s{i}" for i in range(sites)]
+            fleet = fb.Fleet(sites=tuple(fb.Site(n, scale_out=SITE, scale_up=fb.ScaleUp(size=8)) for n in names),
+                             long_haul=fb.ring(names, capacity=CAPACITIES[0], length_km=km))
+            network, info = fb.compile_fabric(fb.build(fleet))
+            router = routing.Router(info)
+            groups = [g.name for g in info.groups.values() if g.name.startswith("long_haul/")]
+            for algorithm in ("ring", "tree"):
+                job = tr.Training(MODEL, tr.Parallelism(tp=8, dp=8 * sites), global_batch=16 * sites,
+                                  algorithm=algorithm)
+                plan = steptime.plan_training(job, info, router)
+                table = sweep.sweep(lambda p: {"step_time_s": steptime.step_time(
+                    plan, fb.apply_groups(network, info, {g: p["capacity"] for g in groups}), alpha=2e-6).step_time},
+                    {"capacity": CAPACITIES})
+                for cap, t in zip(CAPACITIES, table["step_time_s"]):
+                    rows.append({"sites": sites, "km": km, "algorithm": algorithm, "tbps": cap * 8 / 1e12,
+                                 "step_time_s": float(t)})
+    print(f"\n{'sites':>5} {'km':>6} {'alg':>5} " + " ".join(f"{c * 8 / 1e12:>7.1f}T" for c in CAPACITIES))
+    for sites in (2, 3, 5):
+        for km in (100.0, 500.0, 1000.0, 2000.0):
+            for algorithm in ("ring", "tree"):
+                ts = [r["step_time_s"] for r in rows if (r["sites"], r["km"], r["algorithm"]) == (sites, km, algorithm)]
+                print(f"{sites:>5} {km:>6.0f} {algorithm:>5} " + " ".join(f"{t:>8.3f}" for t in ts))
+    write_json_atomic(os.path.join(args.out, "result.json"), rows)
+    plt = _figure()
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    for sites, style in ((2, "-"), (5, "--")):
+        for algorithm, color in (("ring", "C0"), ("tree", "C1")):
+            pts = [r for r in rows if r["sites"] == sites and r["algorithm"] == algorithm and r["tbps"] == 1.6]
+            ax.plot([r["km"] for r in pts], [r["step_time_s"] for r in pts], style, color=color, marker="o",
+                    label=f"{sites} sites, {algorithm}")
+    ax.set_xlabel("distance between neighbouring sites (km)")
+    ax.set_ylabel("step time at 1.6 Tbps (s)")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    _save(fig, os.path.join(args.out, "scale_across.png"))
+
+
+if __name__ == "__main__":
+    main()
