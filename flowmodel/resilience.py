@@ -147,3 +147,53 @@ def degraded_step_times(plan, network: Network, masks) -> jax.Array:
         return step_time(plan, Network(capacity=network.capacity * mask, latency=network.latency)).step_time
 
     return jax.vmap(one)(masks)
+
+
+def expected_objective(g: nx.DiGraph, jobs: Sequence[Training], scenarios: Sequence[Failure], groups: Sequence[str],
+                       *, healthy_weight: float = 1.0, policy: str = "ecmp", seed: int = 0, alpha: float = 0.0,
+                       sharpness: float = 64.0):
+    """(objective, exact, disconnected) for ``optimize.minimize``: the probability-weighted mean of the
+    jobs' summed step times over the healthy fabric (weight ``healthy_weight``) and every scenario.
+
+    The optimizer moves the healthy fabric's ``groups``; each scenario's fabric takes the same group
+    values (``fabric.group_values``), so capacity bought once serves in every scenario where its links
+    survive. Scenarios that disconnect a job cannot be planned and are left out; their names are
+    returned so the caller can report them.
+    """
+    from .fabric import apply_groups, group_values
+
+    base_net, base_info = compile_fabric(g)
+    unknown = [n for n in groups if n not in base_info.groups]
+    if unknown:
+        raise ValueError(f"groups: unknown link group {unknown[0]!r}")
+    cases, lost = [], []
+    for weight, graph, name in [(healthy_weight, g, "healthy")] + [(s.probability, s.apply(g), s.name)
+                                                                     for s in scenarios]:
+        if weight <= 0:
+            continue
+        network, info = compile_fabric(graph)
+        router = Router(info, seed=seed)
+        try:
+            plans = [plan_training(job, info, router, policy=policy, seed=seed) for job in jobs]
+        except ValueError as e:
+            if "no path" not in str(e) and "is not one of" not in str(e):
+                raise
+            lost.append(name)
+            continue
+        if any((info.gpus[job.job_ranks(info.num_gpus)] < 0).any() for job in jobs):
+            lost.append(name)
+            continue
+        cases.append((weight, network, info, plans))
+    total = sum(w for w, *_ in cases)
+
+    def evaluate(net, sharp):
+        values = group_values(net, base_info, groups)
+        out = 0.0
+        for weight, network, info, plans in cases:
+            here = apply_groups(network, info, {k: v for k, v in values.items() if k in info.groups})
+            out = out + weight / total * sum(step_time(p, here, alpha=alpha, sharpness=sharp).step_time
+                                             for p in plans)
+        return out
+
+    del base_net
+    return (lambda net, logits: evaluate(net, sharpness), lambda net, logits: float(evaluate(net, None)), lost)

@@ -81,3 +81,27 @@ def test_bad_scenarios():
         rs.single_failures(g, tiers=("core",))
     with pytest.raises(ValueError, match="failures.switches: unknown node 'a/spine9'"):
         rs.evaluate_failures(g, [JOB], [rs.Failure("x", switches=("a/spine9",))])
+
+
+def test_resilience_aware_plan_buys_the_detour():
+    from flowmodel import optimize as opt
+
+    g = _ring()
+    net, info = fb.compile_fabric(g)
+    groups = ["long_haul/a-b", "long_haul/b-c", "long_haul/c-a"]
+    space = opt.Space(info, tuple(opt.Knob(n, 10e9, 200e9) for n in groups), opt.CostModel(per_gbps_km=1.0))
+    a, b = space.cost_line()
+    budget = a + 0.35 * b.sum()
+    cut = rs.Failure("a-b cut", cables=("long_haul/a-b",), probability=1.0)
+    plain = opt.training_objective([st.plan_training(JOB, info, rt.Router(info))])
+    aware_obj, aware_exact, lost = rs.expected_objective(g, [JOB], [cut], groups)
+    assert lost == []
+    free = opt.minimize(plain[0], net, space, exact=plain[1], budget=budget, steps=60)
+    aware = opt.minimize(aware_obj, net, space, exact=aware_exact, budget=budget, steps=60)
+    detour = lambda res: res.parameters["long_haul/b-c"]["value"] + res.parameters["long_haul/c-a"]["value"]  # noqa
+    assert detour(aware) > detour(free) * 1.2  # capacity moves onto the path the cut leaves
+    assert aware.parameters["long_haul/a-b"]["value"] < free.parameters["long_haul/a-b"]["value"]
+    assert aware_exact(aware.network, {}) < aware_exact(free.network, {}) * 0.99  # lower expected step time
+    values = fb.group_values(aware.network, info, groups)
+    for n in groups:
+        assert float(values[n]) == pytest.approx(aware.parameters[n]["value"], rel=1e-12)

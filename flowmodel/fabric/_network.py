@@ -196,6 +196,17 @@ def to_networkx(network: Network, info: FabricInfo) -> nx.DiGraph:
     return g
 
 
+def group_values(network: Network, info: FabricInfo, names=None) -> dict:
+    """The current value of each named group (default: all), read back from ``network``'s capacities
+    (differentiably): the inverse of ``apply_groups``."""
+    out = {}
+    for name in info.groups if names is None else names:
+        g = info.groups[name]
+        c = network.capacity[g.links[0]]
+        out[name] = c / g.coef[0] if g.kind == CAPACITY else g.coef[0] / c
+    return out
+
+
 def apply_groups(network: Network, info: FabricInfo, params: Mapping[str, float | Array]) -> Network:
     """``network`` with the capacities of the named groups set from ``params`` (name -> value).
 
