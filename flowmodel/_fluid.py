@@ -84,9 +84,13 @@ def _simulate(routes, members, sizes, capacity, weights, rate_limit, start_times
         t_arrive = jnp.min(jnp.where(arrived, jnp.inf, arrival))
         by_completion = t + tau_min <= t_arrive
         t_next = jnp.where(by_completion, t + tau_min, t_arrive)
-        completing = active & (tau <= tau_min * (1 + _TIE)) & by_completion
+        # ties: relative, and absolute at the clock's resolution (finishes closer than a few ulps of t
+        # cannot be told apart, and leaving one behind would drive its remaining bytes negative)
+        resolution = 4 * jnp.finfo(dtype).eps * jnp.abs(t_next)
+        completing = active & (tau <= tau_min * (1 + _TIE) + resolution) & by_completion
         arriving = ~arrived & (arrival <= t_next)
-        remaining = jnp.where(completing, 0, jnp.where(active, remaining - rates * (t_next - t), remaining))
+        left = jnp.maximum(remaining - rates * (t_next - t), 0)  # rounding never leaves a negative remainder
+        remaining = jnp.where(completing, 0, jnp.where(active, left, remaining))
         finish = jnp.where(completing, t_next, finish)
         cause = jnp.where(by_completion, jnp.argmax(completing), jnp.argmax(arriving)).astype(jnp.int32)
         ev = ev._replace(

@@ -1,5 +1,7 @@
 """Fluid completion times: closed forms, oracle agreement, event batching, gradients, bad input."""
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -147,3 +149,17 @@ def test_bad_input(kwargs, match):
     sizes, cap = args.pop("sizes"), args.pop("capacity")
     with pytest.raises(ValueError, match=match):
         fm.completion_times(np.array([[0, 1], [1, 2]]), sizes, cap, **args)
+
+
+def test_a_late_common_start_does_not_strand_flows_on_rounding():
+    """Regression: 992 DP ring flows started together at t = 0.3 s. Subtracting rate x (t_next - t) at
+    that clock left one flow -1.8e-7 bytes, its completion time fell before the clock and the loop
+    stalled until the event bound. Ties now include the clock's resolution and remainders are clamped."""
+    case = np.load(os.path.join(os.path.dirname(__file__), "data", "fluid_rounding_case.npz"))
+    routes, sizes, capacity = case["routes"].astype(np.int32), case["sizes"], case["capacity"]
+    starts = np.full(routes.shape[0], float(case["start"]))
+    finish = np.asarray(fm.completion_times(routes, sizes, capacity, start_times=starts))
+    oracle = fm.reference.completion_times(routes, sizes, capacity, start_times=starts)
+    np.testing.assert_allclose(finish, oracle, rtol=1e-12)
+    at_zero = np.asarray(fm.completion_times(routes, sizes, capacity))
+    np.testing.assert_allclose(finish - starts, at_zero, rtol=1e-9)
