@@ -71,8 +71,11 @@ COST = {"per_gbps": ("prices", None), "per_gbps_km": ("float", 0.0)}
 OPTIMIZE = {"knobs": ([KNOB], REQUIRED), "cost": (COST, {}), "budget": ("float", None), "steps": ("int", 100),
             "learning_rate": ("float", 0.05), "restarts": ("int", 1), "seed": ("int", 0)}
 SWEEP = {"grid": ("grid", REQUIRED), "chunk": ("int", None)}
+FAILURES = {"tiers": ("strs", None), "switch_kinds": ("strs", None), "sites": ("bool", False),
+            "fraction": ("float", None), "probability": ("float", 0.01), "healthy_weight": ("float", 1.0)}
 SCENARIO = {"name": ("str", "scenario"), "fabric": (FABRIC, REQUIRED), "workloads": (WORKLOADS, REQUIRED),
-            "model": (OPTIONS, {}), "optimize": (OPTIMIZE, None), "sweep": (SWEEP, None)}
+            "model": (OPTIONS, {}), "optimize": (OPTIMIZE, None), "sweep": (SWEEP, None),
+            "failures": (FAILURES, None)}
 
 MODEL_PRESETS = {"llama3-405b": llama3_405b}
 
@@ -189,6 +192,7 @@ class Scenario:
     knobs: tuple[Knob, ...]
     cost: CostModel | None
     sweep: dict | None = None
+    failures: dict | None = None
 
 
 def _sites(raw: list, where: str) -> list[Site]:
@@ -284,9 +288,17 @@ def parse(data: Any, *, source: str = "config") -> Scenario:
                 _fail(f"sweep.grid.{group}", f"needs positive values, got {values}")
         if sw["chunk"] is not None and sw["chunk"] < 1:
             _fail("sweep.chunk", f"must be >= 1, got {sw['chunk']}")
+    fl = raw["failures"]
+    if fl is not None:
+        if not (0 < fl["probability"] <= 1):
+            _fail("failures.probability", f"must be in (0, 1], got {fl['probability']}")
+        if fl["fraction"] is not None and not (0 < fl["fraction"] <= 1):
+            _fail("failures.fraction", f"must be in (0, 1], got {fl['fraction']}")
+        if not (fl["tiers"] or fl["switch_kinds"] or fl["sites"]):
+            _fail("failures", "names nothing to fail (tiers, switch_kinds or sites)")
     return Scenario(name=raw["name"], fleet=fleet, routing=fab["routing"], training=tuple(training),
                     inference=tuple(inference), background=tuple(background), sharpness=options["sharpness"],
-                    alpha=options["alpha"], optimize=opt, knobs=knobs, cost=cost, sweep=sw)
+                    alpha=options["alpha"], optimize=opt, knobs=knobs, cost=cost, sweep=sw, failures=fl)
 
 
 def load(path: str) -> Scenario:
