@@ -63,6 +63,45 @@ def single_failures(g: nx.DiGraph, *, tiers: Sequence[str] = ("long_haul",), swi
     return out
 
 
+def sampled_failures(g: nx.DiGraph, probabilities: dict[str, float], samples: int, *, seed: int = 0,
+                     keep_healthy: bool = True) -> list[Failure]:
+    """Monte Carlo scenarios under independent failures: every cable of tier ``t`` (a key of
+    ``probabilities``) or switch of kind ``t`` fails with probability ``probabilities[t]``; each
+    sample is one scenario of weight 1 / samples (samples with nothing failed are kept as healthy
+    scenarios unless ``keep_healthy`` is false). Seeded, so deterministic."""
+    if not (isinstance(samples, int) and samples >= 1):
+        raise ValueError(f"samples: must be an integer >= 1, got {samples!r}")
+    components = []  # (kind key, cable or switch, is_switch)
+    seen = set()
+    for u, v, d in g.edges(data=True):
+        if d.get("tier") in probabilities and frozenset((u, v)) not in seen:
+            seen.add(frozenset((u, v)))
+            components.append((d["tier"], (u, v), False))
+    for n, d in g.nodes(data=True):
+        if d.get("kind") in probabilities:
+            components.append((d["kind"], n, True))
+    for key, p in probabilities.items():
+        if not (0 <= p <= 1):
+            raise ValueError(f"probabilities[{key}]: must be in [0, 1], got {p!r}")
+        if not any(c[0] == key for c in components):
+            raise ValueError(f"probabilities[{key}]: no cable tier or switch kind is called {key!r}")
+    rng = np.random.default_rng(seed)
+    p = np.array([probabilities[c[0]] for c in components])
+    out = []
+    for i in range(samples):
+        down = np.flatnonzero(rng.random(len(components)) < p)
+        if not down.size and not keep_healthy:
+            continue
+        cables = tuple(components[j][1] for j in down if not components[j][2])
+        switches = tuple(components[j][1] for j in down if components[j][2])
+        name = f"sample {i}: " + (", ".join(str(components[j][1]) for j in down[:3]) if down.size else "healthy") + \
+            (f" (+{down.size - 3})" if down.size > 3 else "")
+        out.append(Failure(name, cables=cables, switches=switches, probability=1.0 / samples))
+    if not out:
+        raise ValueError("sampled_failures: every sample was healthy and keep_healthy is false")
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class FailureReport:
     """Step time of every job in every scenario (``inf``: disconnected), and the summary per job."""

@@ -105,3 +105,19 @@ def test_resilience_aware_plan_buys_the_detour():
     values = fb.group_values(aware.network, info, groups)
     for n in groups:
         assert float(values[n]) == pytest.approx(aware.parameters[n]["value"], rel=1e-12)
+
+
+def test_sampled_independent_failures():
+    g = _ring()
+    samples = rs.sampled_failures(g, {"long_haul": 0.3, "spine": 0.1}, 40, seed=1)
+    assert len(samples) == 40 and sum(s.probability for s in samples) == pytest.approx(1.0)
+    again = rs.sampled_failures(g, {"long_haul": 0.3, "spine": 0.1}, 40, seed=1)
+    assert [s.name for s in samples] == [s.name for s in again]
+    cuts = np.mean([len(s.cables) for s in samples])
+    assert 0.3 < cuts < 2.0  # 3 long-haul cables at p = 0.3: 0.9 expected
+    report = rs.evaluate_failures(g, [JOB], samples[:8])
+    t = report.step_times["ab"]
+    assert not np.isnan(t).any()
+    assert set(report.disconnected["ab"]) == {samples[i].name for i in np.flatnonzero(np.isinf(t))}
+    with pytest.raises(ValueError, match=r"probabilities\[core\]: no cable tier or switch kind"):
+        rs.sampled_failures(g, {"core": 0.1}, 5)
