@@ -378,7 +378,9 @@ def _members_cached(routes_bytes, shape, num_links):
     routes = np.frombuffer(routes_bytes, dtype=np.int32).reshape(shape)
     members = _link_members(routes, num_links)
     pad = -members.shape[1] % 16  # bucket the degree so similar instances share one compilation
-    return np.pad(members, ((0, 0), (0, pad)), constant_values=shape[0])
+    # cached on the device: the table can be large (links x the busiest link's flows), and copying
+    # it at every call cost seconds on a 24K-GPU fabric
+    return jnp.asarray(np.pad(members, ((0, 0), (0, pad)), constant_values=shape[0]))
 
 
 def link_members(routes, num_links: int):
@@ -386,7 +388,7 @@ def link_members(routes, num_links: int):
     if _checks.is_traced(routes):
         return None
     r = np.ascontiguousarray(np.asarray(routes, dtype=np.int32))
-    return jnp.asarray(_members_cached(r.tobytes(), r.shape, int(num_links)))
+    return _members_cached(r.tobytes(), r.shape, int(num_links))
 
 
 def _prepare(routes, capacity, weights, rate_limit, check: bool):
