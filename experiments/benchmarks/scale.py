@@ -72,7 +72,7 @@ def run(name: str, sweep_points: int) -> dict:
     t0 = time.perf_counter()
     float(forward(network.capacity))
     row["forward_s"] = time.perf_counter() - t0
-    grad = jax.grad(forward)
+    grad = jax.jit(jax.grad(forward))
     jax.block_until_ready(grad(network.capacity))
     t0 = time.perf_counter()
     jax.block_until_ready(grad(network.capacity))
