@@ -182,7 +182,7 @@ def test_cli_sweep(tmp_path):
     assert cli.main(["sweep", str(path), "--out", str(tmp_path / "bad"), "--quiet"]) == 2
 
 
-SHIPPED = ["quickstart", "llama3_24k", "dsf_vs_ecmp", "mixed_workloads", "gw_regional_ring"]
+SHIPPED = ["quickstart", "llama3_24k", "multi_building_129k", "dsf_vs_ecmp", "mixed_workloads", "gw_regional_ring"]
 
 
 @pytest.mark.parametrize("name", SHIPPED)

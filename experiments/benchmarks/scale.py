@@ -3,7 +3,8 @@
     PYTHONPATH=. python3 experiments/benchmarks/scale.py [--sizes 1k 24k] [--sweep 16] [--json FILE]
 
 Fleets: ``1k`` (two 512-GPU buildings, 30 km), ``24k`` (Meta's 24K layout, one site), ``129k``
-(five 25,600-GPU buildings on a campus ring, DOMAIN.md "Larger fleets"). Job: TP8 inside each NVSwitch
+(five 25,600-GPU buildings on a campus ring, DOMAIN.md "Larger fleets"), ``gw`` (four 25,600-GPU
+sites on a regional ring, 100 - 2,000 km segments). Job: TP8 inside each NVSwitch
 domain, DP over every GPU (ring all-reduce of an 8B-class model's gradients, overlapped with the
 backward pass). Prints build, first-call (compile + run), warm forward and gradient times (the
 gradient with respect to every link capacity), peak resident memory, and the throughput of a
@@ -43,6 +44,10 @@ def fleet(name: str) -> fb.Fleet:
         return fb.meta_24k()
     clos = fb.Clos(tiers=3, gpus_per_leaf=16, leaves_per_pod=100, spines_per_pod=16, pods=16, aggs_per_plane=4,
                    oversubscription=(1.0, 4.0))
+    if name == "gw":  # four 25,600-GPU sites on a regional ring, 100 - 2,000 km apart
+        names = [f"r{i}" for i in range(4)]
+        return fb.Fleet(sites=tuple(fb.Site(n, scale_out=clos, scale_up=su) for n in names),
+                        long_haul=fb.ring(names, capacity=51.2e12 / 8, length_km=[100.0, 800.0, 2000.0, 400.0]))
     names = [f"b{i}" for i in range(5)]
     return fb.Fleet(sites=tuple(fb.Site(n, scale_out=clos, scale_up=su) for n in names),
                     long_haul=fb.ring(names, capacity=25.6e12 / 8, length_km=2.0))
