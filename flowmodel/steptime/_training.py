@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import weakref
 
 import jax
 import jax.numpy as jnp
@@ -50,6 +49,7 @@ class TrainingPlan:
     schedule: list
     domains: dict[str, str]
     sizes: dict[str, tuple[str, float, int]]  # per-layer kind -> (collective, bytes, ranks per group)
+    compiled: dict = dataclasses.field(default_factory=dict, repr=False)  # options -> compiled step_time
 
 
 def _stage_layers(layers: int, V: int) -> np.ndarray:
@@ -225,19 +225,15 @@ def step_time(plan: TrainingPlan, network: Network, *, info: FabricInfo | None =
     args = (network.capacity, network.latency, background, logits)
     if jit and not is_traced(*jax.tree_util.tree_leaves(args)):
         key = (float(alpha), sharpness, background is None, tuple(sorted(logits or {})))
-        compiled = _COMPILED.setdefault(plan, {})
-        if key not in compiled:
-            compiled[key] = jax.jit(functools.partial(_step_numbers, plan, alpha=alpha, sharpness=sharpness))
-        numbers = compiled[key](*args)
+        if key not in plan.compiled:  # lives and dies with the plan
+            plan.compiled[key] = jax.jit(functools.partial(_step_numbers, plan, alpha=alpha, sharpness=sharpness))
+        numbers = plan.compiled[key](*args)
     else:
         numbers = _step_numbers(plan, *args, alpha=alpha, sharpness=sharpness)
     finish, parts, by_domain, report = numbers
     for kind, rep in report.items():
         rep["domain"] = plan.domains[kind]
     return StepResult(step_time=finish, breakdown=parts, by_domain=by_domain, collectives=report)
-
-
-_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # plan -> {options: compiled step}
 
 
 def _step_numbers(plan: TrainingPlan, capacity, latency, background, logits, *, alpha, sharpness):
