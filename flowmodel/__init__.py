@@ -7,8 +7,12 @@ Public kernels (units are SI: bytes, seconds, bytes/s):
   completion_times      fluid finish times: flows start, share max-min rates, re-share on every event
   window_limited_rate, queueing_delay, scheduled_bound, soft_max, route_latency, rtt_weights
                         congestion and latency models (_congestion.py)
-Submodules: fabric (topologies and routes), reference (float64 oracles and certificates),
-peers.simgrid (the SimGrid cross-check).
+Submodules, in the order data flows: fabric (scale-up / Clos / scale-across builders, compilation,
+link groups, failures, ASTRA-sim import), routing (candidate paths, ECMP / spray / QP scaling / WCMP),
+traffic (collectives, models, parallelism), steptime (phase times, pipeline schedules, training steps,
+several workloads), optimize (min-MLU splits, budgeted search), sweep (vmap, devices, processes),
+resilience (failure scenarios), config and cli (scenario files, the ``flowmodel`` command);
+reference (float64 oracles and certificates), peers.simgrid (the SimGrid cross-check).
 """
 
 from . import fabric as fabric
