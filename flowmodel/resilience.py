@@ -111,7 +111,7 @@ class FailureReport:
     healthy: dict[str, float]
     expected: dict[str, float]  # probability-weighted mean over connected scenarios
     p99: dict[str, float]
-    worst: dict[str, tuple[str, float]]
+    worst: dict[str, tuple[str, float]]  # the slowest scenario that kept the job connected
     disconnected: dict[str, list[str]]  # job -> scenarios where it lost GPUs or paths
 
 
