@@ -220,7 +220,7 @@ def _instances(raw: dict, where: str) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(range(first + i * tp, first + (i + 1) * tp)) for i in range(raw["instances"]))
 
 
-def parse(data: Any, *, source: str = "config") -> Scenario:
+def parse(data: Any) -> Scenario:
     """A scenario from already-parsed YAML data (a mapping)."""
     raw = _read(data, SCENARIO, "")
     fab = raw["fabric"]
@@ -312,4 +312,4 @@ def load(path: str) -> Scenario:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else path
         raise ConfigError(f"{where}: not valid YAML ({getattr(e, 'problem', e)})") from None
-    return parse(data, source=path)
+    return parse(data)

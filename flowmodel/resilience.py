@@ -201,7 +201,7 @@ def expected_objective(g: nx.DiGraph, jobs: Sequence[Training], scenarios: Seque
     """
     from .fabric import apply_groups, group_values
 
-    base_net, base_info = compile_fabric(g)
+    _, base_info = compile_fabric(g)
     unknown = [n for n in groups if n not in base_info.groups]
     if unknown:
         raise ValueError(f"groups: unknown link group {unknown[0]!r}")
@@ -234,5 +234,4 @@ def expected_objective(g: nx.DiGraph, jobs: Sequence[Training], scenarios: Seque
                                              for p in plans)
         return out
 
-    del base_net
     return (lambda net, logits: evaluate(net, sharpness), lambda net, logits: float(evaluate(net, None)), lost)
