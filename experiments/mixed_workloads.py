@@ -21,7 +21,7 @@ jax.config.update("jax_enable_x64", True)
 
 from flowmodel import config, fabric, routing, steptime  # noqa: E402
 from flowmodel._io import write_json_atomic  # noqa: E402
-from flowmodel.plots import _figure, _save  # noqa: E402
+from flowmodel.plots import new_figure, save_figure  # noqa: E402
 
 RATES = [0.5, 1.0, 2.0, 4.0, 8.0]
 
@@ -58,7 +58,7 @@ def main() -> None:
         print(f"{r['case']:<28} {r['rate']:>6.1f} {r['step_time_s']:>8.4f} {r['step_time_s'] / alone - 1:>+10.1%} "
               f"{r['kv_ms']:>8.2f}")
     write_json_atomic(os.path.join(args.out, "result.json"), {"scenario": sc.name, "rows": rows})
-    plt = _figure()
+    plt = new_figure()
     fig, ax = plt.subplots(figsize=(5, 3.2))
     for label in ("+ inference", "+ inference + background"):
         pts = [r for r in rows if r["case"] == label]
@@ -67,7 +67,7 @@ def main() -> None:
     ax.set_ylabel("training step-time inflation (%)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    _save(fig, os.path.join(args.out, "mixed_workloads.png"))
+    save_figure(fig, os.path.join(args.out, "mixed_workloads.png"))
 
 
 if __name__ == "__main__":

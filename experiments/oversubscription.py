@@ -20,7 +20,7 @@ jax.config.update("jax_enable_x64", True)
 
 from flowmodel import config, fabric, optimize, routing, steptime, sweep  # noqa: E402
 from flowmodel._io import write_json_atomic  # noqa: E402
-from flowmodel.plots import _figure, _save  # noqa: E402
+from flowmodel.plots import new_figure, save_figure  # noqa: E402
 
 RATIOS = [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0]
 
@@ -61,7 +61,7 @@ def main() -> None:
     write_json_atomic(os.path.join(args.out, "result.json"), {
         "group": args.group, "ratios": RATIOS, "costs": costs, "step_time_s": table["step_time_s"].tolist(),
         "budget": budget, "optimizer": {"ratio": chosen, "step_time_s": res.optimized, "cost": res.cost}})
-    plt = _figure()
+    plt = new_figure()
     fig, ax = plt.subplots(figsize=(5, 3.2))
     ax.plot(costs, table["step_time_s"], marker="o")
     for r, c, t in zip(RATIOS, costs, table["step_time_s"]):
@@ -71,7 +71,7 @@ def main() -> None:
     ax.set_ylabel("step time (s)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    _save(fig, os.path.join(args.out, "oversubscription.png"))
+    save_figure(fig, os.path.join(args.out, "oversubscription.png"))
 
 
 if __name__ == "__main__":

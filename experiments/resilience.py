@@ -22,7 +22,7 @@ jax.config.update("jax_enable_x64", True)
 
 from flowmodel import config, fabric, optimize, resilience, routing, steptime  # noqa: E402
 from flowmodel._io import write_json_atomic  # noqa: E402
-from flowmodel.plots import _figure, _save  # noqa: E402
+from flowmodel.plots import new_figure, save_figure  # noqa: E402
 
 
 def main() -> None:
@@ -71,7 +71,7 @@ def main() -> None:
         "scenario": sc.name, "healthy_s": report.healthy[job], "failures": dict(zip(report.scenarios, t.tolist())),
         "expected_s": report.expected[job], "p99_s": report.p99[job], "worst": report.worst[job],
         "disconnected": report.disconnected[job], "plans": runs})
-    plt = _figure()
+    plt = new_figure()
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
     x = np.arange(len(groups))
     for i, (label, r) in enumerate(runs.items()):
@@ -79,7 +79,7 @@ def main() -> None:
     ax.set_xticks(x, [n.split("/")[1] for n in groups], fontsize=7)
     ax.set_ylabel("long-haul capacity (Tbps)")
     ax.legend(fontsize=7)
-    _save(fig, os.path.join(args.out, "resilience.png"))
+    save_figure(fig, os.path.join(args.out, "resilience.png"))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from flowmodel import fabric as fb  # noqa: E402
 from flowmodel import routing, steptime, sweep  # noqa: E402
 from flowmodel import traffic as tr  # noqa: E402
 from flowmodel._io import write_json_atomic  # noqa: E402
-from flowmodel.plots import _figure, _save  # noqa: E402
+from flowmodel.plots import new_figure, save_figure  # noqa: E402
 
 MODEL = tr.Model("8b-class", layers=32, hidden=4096, ffn_hidden=14336, heads=32, kv_heads=8, vocab=128256,
                  seq_len=8192)
@@ -60,7 +60,7 @@ def main() -> None:
                 ts = [r["step_time_s"] for r in rows if (r["sites"], r["km"], r["algorithm"]) == (sites, km, algorithm)]
                 print(f"{sites:>5} {km:>6.0f} {algorithm:>5} " + " ".join(f"{t:>8.3f}" for t in ts))
     write_json_atomic(os.path.join(args.out, "result.json"), rows)
-    plt = _figure()
+    plt = new_figure()
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
     for sites, style in ((2, "-"), (5, "--")):
         for algorithm, color in (("ring", "C0"), ("tree", "C1")):
@@ -71,7 +71,7 @@ def main() -> None:
     ax.set_ylabel("step time at 1.6 Tbps (s)")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    _save(fig, os.path.join(args.out, "scale_across.png"))
+    save_figure(fig, os.path.join(args.out, "scale_across.png"))
 
 
 if __name__ == "__main__":

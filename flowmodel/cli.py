@@ -91,12 +91,7 @@ def cmd_optimize(scenario, out: str, quiet: bool) -> dict:
     network, info, router = _setup(scenario)
     policy, seed = scenario.routing["policy"], scenario.routing["seed"]
     plans = [steptime.plan_training(job, info, router, policy=policy, seed=seed) for job in scenario.training]
-    fixed = np.zeros(info.num_links)
-    for b in scenario.background:
-        fixed += steptime.background_load(router, np.asarray(b.src), np.asarray(b.dst), b.rate, policy=policy)
-    for inf in scenario.inference:
-        src, dst, rate = inf.flows()
-        fixed += steptime.background_load(router, src, dst, rate, policy=policy)
+    fixed = steptime.constant_load(router, scenario.inference, scenario.background, policy=policy, seed=seed)
     background = jnp.asarray(fixed) if fixed.any() else None
     objective, exact = optimize.training_objective(plans, sharpness=scenario.sharpness, background=background,
                                                    alpha=scenario.alpha)

@@ -6,7 +6,8 @@ import os
 import tempfile
 
 
-def _save(fig, path: str) -> None:
+def save_figure(fig, path: str) -> None:
+    """Save ``fig`` as a PNG at ``path`` through a temporary file in the same folder."""
     folder = os.path.dirname(path) or "."
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, suffix=".png")
@@ -19,7 +20,8 @@ def _save(fig, path: str) -> None:
         raise
 
 
-def _figure():
+def new_figure():
+    """matplotlib's pyplot on the headless Agg backend."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -30,19 +32,19 @@ def _figure():
 
 def loss_curve(history, path: str) -> None:
     """The searched objective per optimizer step."""
-    plt = _figure()
+    plt = new_figure()
     fig, ax = plt.subplots(figsize=(5, 3.2))
     ax.plot(range(1, len(history) + 1), history)
     ax.set_xlabel("step")
     ax.set_ylabel("objective (smooth step time, s)")
     ax.grid(alpha=0.3)
-    _save(fig, path)
+    save_figure(fig, path)
     plt.close(fig)
 
 
 def breakdown_bars(breakdowns: dict[str, dict[str, float]], path: str) -> None:
     """Stacked bars of step-time breakdowns, one bar per label (e.g. baseline, optimized)."""
-    plt = _figure()
+    plt = new_figure()
     fig, ax = plt.subplots(figsize=(5, 3.2))
     labels = list(breakdowns)
     parts = [p for p in next(iter(breakdowns.values())) if any(abs(b.get(p, 0.0)) > 0 for b in breakdowns.values())]
@@ -53,7 +55,7 @@ def breakdown_bars(breakdowns: dict[str, dict[str, float]], path: str) -> None:
         bottom = [b + v for b, v in zip(bottom, values)]
     ax.set_ylabel("seconds per step")
     ax.legend(fontsize=8)
-    _save(fig, path)
+    save_figure(fig, path)
     plt.close(fig)
 
 
@@ -61,7 +63,7 @@ def sweep_lines(table: dict, names: list[str], output: str, path: str) -> None:
     """``output`` against the first swept parameter, one line per value of the others."""
     import numpy as np
 
-    plt = _figure()
+    plt = new_figure()
     fig, ax = plt.subplots(figsize=(5, 3.2))
     x = np.asarray(table[names[0]])
     others = [np.asarray(table[n]) for n in names[1:]]
@@ -77,5 +79,5 @@ def sweep_lines(table: dict, names: list[str], output: str, path: str) -> None:
     ax.grid(alpha=0.3)
     if others:
         ax.legend(fontsize=7)
-    _save(fig, path)
+    save_figure(fig, path)
     plt.close(fig)

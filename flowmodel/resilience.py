@@ -134,22 +134,23 @@ def evaluate_failures(g: nx.DiGraph, jobs: Sequence[Training], scenarios: Sequen
     def run(graph) -> dict[str, float]:
         network, info = compile_fabric(graph)
         router = Router(info, max_paths=max_paths, site_paths=site_paths, seed=seed)
-        alive, out = [], {}
+        alive, plans, out = [], [], {}
         for job in jobs:
             ranks = job.job_ranks(info.num_gpus)
             if (info.gpus[ranks] < 0).any():
                 out[job.name] = np.inf  # lost GPUs with their site
                 continue
             try:
-                plan_training(job, info, router, policy=policy, seed=seed)  # routes every collective
+                plan = plan_training(job, info, router, policy=policy, seed=seed)  # routes every collective
             except ValueError as e:
                 if "no path" not in str(e):
                     raise
                 out[job.name] = np.inf
                 continue
             alive.append(job)
+            plans.append(plan)
         if alive:
-            res = evaluate_fleet(alive, network, info, router, policy=policy, seed=seed, alpha=alpha)
+            res = evaluate_fleet(alive, network, info, router, policy=policy, seed=seed, alpha=alpha, plans=plans)
             out.update({name: float(r.step_time) for name, r in res.steps.items()})
         return out
 

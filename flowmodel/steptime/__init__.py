@@ -11,6 +11,7 @@ from ._comm import route_phase as route_phase
 from ._fleet import Background as Background
 from ._fleet import FleetResult as FleetResult
 from ._fleet import Inference as Inference
+from ._fleet import constant_load as constant_load
 from ._fleet import evaluate_fleet as evaluate_fleet
 from ._schedule import evaluate_schedule as evaluate_schedule
 from ._schedule import one_f_one_b as one_f_one_b

@@ -81,6 +81,17 @@ class Inference:
         return src, dst, np.full(src.size, rate)
 
 
+def constant_load(router: Router, inference=(), background=(), *, policy: str = "ecmp", seed: int = 0) -> np.ndarray:
+    """float64[L] bytes/s of the background classes plus the inference services' average KV traffic."""
+    load = np.zeros(router.info.num_links)
+    for b in background:
+        load += background_load(router, np.asarray(b.src), np.asarray(b.dst), b.rate, policy=policy, seed=seed)
+    for inf in inference:
+        src, dst, rate = inf.flows()
+        load += background_load(router, src, dst, rate, policy=policy, seed=seed)
+    return load
+
+
 @dataclasses.dataclass(frozen=True)
 class FleetResult:
     steps: dict[str, StepResult]
@@ -92,12 +103,13 @@ class FleetResult:
 def evaluate_fleet(jobs: list[Training], network: Network, info: FabricInfo, router: Router, *,
                    inference: tuple[Inference, ...] = (), background: tuple[Background, ...] = (),
                    policy: str = "ecmp", seed: int = 0, alpha: float = 0.0, tol: float = 1e-6,
-                   max_iterations: int = 50) -> FleetResult:
+                   max_iterations: int = 50, plans=None) -> FleetResult:
     """Step time of every training job and KV transfer time of every inference service, all at once.
 
     Jobs must not share GPUs. Each job's step is evaluated with the exact model; the other workloads'
     average loads are reserved from capacity (an error names a link they alone would fill). A KV
-    transfer is one request moved on top of every workload's average load.
+    transfer is one request moved on top of every workload's average load. ``plans`` may carry the
+    jobs' plans when the caller already made them (same policy and seed).
     """
     names = [j.name for j in jobs] + [i.name for i in inference] + [b.name for b in background]
     dup = next((n for n in names if names.count(n) > 1), None)
@@ -110,14 +122,11 @@ def evaluate_fleet(jobs: list[Training], network: Network, info: FabricInfo, rou
                 raise ValueError(f"jobs: GPU rank {r} belongs to both {used[r]!r} and {job.name!r}")
             used[r] = job.name
     L = info.num_links
-    fixed = np.zeros(L)
-    for b in background:
-        fixed += background_load(router, np.asarray(b.src), np.asarray(b.dst), b.rate, policy=policy, seed=seed)
-    for inf in inference:
-        src, dst, rate = inf.flows()
-        fixed += background_load(router, src, dst, rate, policy=policy, seed=seed)
-
-    plans = [plan_training(job, info, router, policy=policy, seed=seed) for job in jobs]
+    fixed = constant_load(router, inference, background, policy=policy, seed=seed)
+    if plans is None:
+        plans = [plan_training(job, info, router, policy=policy, seed=seed) for job in jobs]
+    elif [p.job for p in plans] != list(jobs):
+        raise ValueError("plans: need one plan per job, in the jobs' order")
     per_step = [np.asarray(step_bytes(plan, L)) for plan in plans]
     results: list[StepResult | None] = [None] * len(jobs)
     times = [np.inf] * len(jobs)  # a job not yet evaluated loads nothing
