@@ -13,8 +13,9 @@ from ._types import Array, Float, Int
 
 def route_latency(routes: Int[Array, "F H"], latency: Float[Array, "L"]) -> Float[Array, "F"]:
     """One-way propagation latency of each route: the sum of its links' latencies (s)."""
+    routes, latency = jnp.asarray(routes), jnp.asarray(latency)
     L = latency.shape[0]
-    lat = jnp.concatenate([jnp.asarray(latency), jnp.zeros((1,), jnp.asarray(latency).dtype)])
+    lat = jnp.concatenate([latency, jnp.zeros((1,), latency.dtype)])
     return jnp.sum(lat[jnp.where(routes < 0, L, routes)], axis=1)
 
 
@@ -26,6 +27,11 @@ def window_limited_rate(routes, latency, window, *, rtt_factor: float = 2.0) -> 
     (2 for a symmetric reverse path). Pass the result as ``rate_limit``: a 1,000 km scale-across link
     (RTT ~ 10 ms) needs 62.5 MB in flight to fill 50 GB/s, which is why long-haul links need deep
     buffers or many connections.
+
+    >>> import flowmodel as fm
+    >>> rate = fm.window_limited_rate([[0]], [5e-3], 62.5e6)   # 1,000 km: 5 ms one way
+    >>> round(float(rate[0]) / 1e9, 3)                         # GB/s
+    6.25
     """
     rtt = rtt_factor * route_latency(routes, latency)
     ok = rtt > 0
@@ -48,6 +54,11 @@ def queueing_delay(load, capacity, *, packet_bytes: float = 4096.0, buffer_bytes
     ``D_max = buffer / c`` (default buffer: 1,000 packets). It follows M/M/1 while the queue is short,
     tends to the full-buffer delay as ``rho -> 1``, and is finite with a finite gradient at and beyond
     saturation (``rho >= 1`` gives ``D_max``): a fluid model cannot say more once a link is full.
+
+    >>> import numpy as np, flowmodel as fm
+    >>> delay = fm.queueing_delay(np.array([0.0, 25e9, 50e9, 60e9]), 50e9)   # idle, half, full, over
+    >>> np.round(np.asarray(delay) * 1e6, 3).tolist()                        # microseconds
+    [0.0, 0.082, 81.92, 81.92]
     """
     load, capacity = jnp.asarray(load), jnp.asarray(capacity)
     buffer_bytes = 1000.0 * packet_bytes if buffer_bytes is None else buffer_bytes
@@ -61,6 +72,7 @@ def queueing_delay(load, capacity, *, packet_bytes: float = 4096.0, buffer_bytes
 
 def link_bytes(routes, sizes, num_links: int) -> Float[Array, "L"]:
     """Bytes each link carries when every flow sends ``sizes`` bytes along its route."""
+    routes = jnp.asarray(routes)
     F, H = routes.shape
     r = jnp.where(routes < 0, num_links, routes)
     return jax.ops.segment_sum(jnp.repeat(jnp.asarray(sizes), H), r.reshape(-1), num_segments=num_links + 1)[:num_links]
@@ -71,6 +83,10 @@ def scheduled_bound(routes, sizes, capacity) -> Float[Array, ""]:
 
     No schedule (fluid or packet, any routing of these routes) finishes earlier; a perfectly scheduled
     fabric (credit-based, sprayed) approaches it. ``efficiency = bound / simulated makespan`` in (0, 1].
+
+    >>> import flowmodel as fm
+    >>> float(fm.scheduled_bound([[0], [0]], [10.0, 30.0], [10.0]))   # 40 bytes over a 10 B/s link
+    4.0
     """
     capacity = jnp.asarray(capacity)
     return jnp.max(link_bytes(routes, sizes, capacity.shape[0]) / capacity)

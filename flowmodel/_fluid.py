@@ -236,6 +236,15 @@ def completion_times(
     completes at least one flow); should the bound ever be hit, an ``equinox`` runtime error is
     raised instead of returning unfinished flows. Jittable, vmappable, and differentiable wrt sizes,
     capacity, weights, rate_limit, start_times and latency where the event order is locally stable.
+
+    Example: two flows share a 10 B/s link at 5 B/s each; the 10-byte one ends at 2 s, then the
+    other has the link alone for its last 20 bytes. With 0.5 s of link latency both start later.
+
+    >>> import flowmodel as fm
+    >>> fm.completion_times([[0], [0]], [10.0, 30.0], [10.0]).tolist()
+    [2.0, 4.0]
+    >>> fm.completion_times([[0], [0]], [10.0, 30.0], [10.0], latency=[0.5]).tolist()
+    [2.5, 4.5]
     """
     args = _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, latency, check)
     return _finish_jit(*args)

@@ -446,6 +446,15 @@ def maxmin_rates(
     The solve is a bounded ``lax.while_loop``: every pass freezes at least the flows at the global
     minimum level, so F + 1 passes always suffice; the loop stops at a slightly larger bound and
     raises (``equinox`` runtime error) rather than return unfrozen flows.
+
+    Example: flow 0 crosses both links; link 1 (4 B/s) is the bottleneck of flows 0 and 2, and
+    flow 1 takes what flow 0 leaves of link 0 (10 B/s).
+
+    >>> import flowmodel as fm
+    >>> fm.maxmin_rates([[0, 1], [0, -1], [1, -1]], [10.0, 4.0]).tolist()
+    [2.0, 8.0, 2.0]
+    >>> fm.maxmin_rates([[0, 1], [0, -1], [1, -1]], [10.0, 4.0], weights=[1.0, 1.0, 3.0]).tolist()
+    [1.0, 9.0, 3.0]
     """
     has_caps = rate_limit is not None
     routes, capacity, weights, rate_limit = _prepare(routes, capacity, weights, rate_limit, check)

@@ -74,6 +74,11 @@ def smooth_maxmin_rates(
     Same arguments and units as :func:`maxmin_rates`. Larger ``sharpness`` is closer to exact max-min
     (relative gap O(log(H) / sharpness)) but needs more ``iterations`` to converge; report final
     numbers with the exact kernel. Differentiable everywhere wrt capacity, weights and rate_limit.
+
+    >>> import numpy as np, flowmodel as fm
+    >>> routes, capacity = [[0, 1], [0, -1], [1, -1]], [10.0, 4.0]
+    >>> np.round(np.asarray(fm.smooth_maxmin_rates(routes, capacity, sharpness=64.0)), 2).tolist()
+    [2.0, 8.0, 2.0]
     """
     if not sharpness >= 1:
         raise ValueError(f"sharpness must be >= 1, got {sharpness}")

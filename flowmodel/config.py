@@ -5,6 +5,28 @@
 ``50GB/s``, ``10km``, ``2us``). Every error is a ``ConfigError`` (a ``ValueError``) whose message
 names the key path and the bad value, e.g. ``fabric.sites[2].scale_out.oversubscription[1]: must be
 > 0 and finite, got -1``; unknown keys are rejected with the closest known one. See configs/*.yaml.
+
+>>> import yaml
+>>> from flowmodel import config
+>>> text = '''
+... fabric:
+...   sites:
+...     - {name: hall, scale_out: {tiers: 3, pods: 2, aggs_per_plane: 2, oversubscription: [1, 4]}}
+... workloads:
+...   training:
+...     - {name: job, model: llama3-405b, parallelism: {tp: 8, pp: 8, dp: 8}, global_batch: 64}
+... '''
+>>> scenario = config.parse(yaml.safe_load(text))
+>>> scenario.fleet.sites[0].scale_out.num_gpus, scenario.training[0].parallelism.size
+(512, 512)
+>>> config.parse(yaml.safe_load(text.replace("[1, 4]", "[1, -4]")))
+Traceback (most recent call last):
+...
+flowmodel.config.ConfigError: fabric.sites[0].scale_out.oversubscription[1]: must be > 0 and finite, got -4.0
+>>> config.parse(yaml.safe_load(text.replace("global_batch", "global_bach")))
+Traceback (most recent call last):
+...
+flowmodel.config.ConfigError: workloads.training[0].global_bach: unknown key; did you mean 'global_batch'?
 """
 
 from __future__ import annotations
@@ -36,7 +58,7 @@ SCALE_UP = {"size": ("int", 8), "bandwidth": ("bandwidth", 400e9), "latency": ("
             "topology": ("str", "switch")}
 SCALE_OUT = {"tiers": ("int", 2), "gpus_per_leaf": ("int", 16), "leaves_per_pod": ("int", 16),
              "spines_per_pod": ("int", 16), "pods": ("int", 1), "aggs_per_plane": ("int", 1),
-             "nic_bandwidth": ("bandwidth", 50e9), "oversubscription": ("ratios", REQUIRED),
+             "nic_bandwidth": ("bandwidth", 50e9), "oversubscription": ("ratios", None),
              "latency": ("time", 1e-6), "rail_optimized": ("bool", False), "radix": ("int", None)}
 SITE = {"name": ("str", REQUIRED), "scale_up": (SCALE_UP, None), "scale_out": (SCALE_OUT, None),
         "border_oversubscription": ("float", 1.0), "copies": ("int", 1)}
@@ -106,6 +128,8 @@ def _scalar(kind: str, value, where: str):
         if not isinstance(value, str):
             _fail(where, f"expected a string, got {value!r}")
         return value
+    if kind == "ratios" and not isinstance(value, list):  # one ratio for every tier
+        return _scalar("float", value, where)
     if kind in ("ratios", "ints", "strs", "knobs"):
         items = value if isinstance(value, list) else None
         if items is None:
@@ -202,7 +226,8 @@ def _sites(raw: list, where: str) -> list[Site]:
         su = _make(ScaleUp, s["scale_up"], f"{path}.scale_up") if s["scale_up"] is not None else None
         so = None
         if s["scale_out"] is not None:
-            fields = dict(s["scale_out"], oversubscription=tuple(s["scale_out"]["oversubscription"]))
+            ratios = s["scale_out"]["oversubscription"]
+            fields = dict(s["scale_out"], oversubscription=tuple(ratios) if isinstance(ratios, list) else ratios)
             so = _make(Clos, fields, f"{path}.scale_out")
         if s["copies"] < 1:
             _fail(f"{path}.copies", f"must be >= 1, got {s['copies']}")

@@ -6,6 +6,12 @@ to the fabric graph, re-compiles and re-routes (the routing policy moves traffic
 re-plans every job and evaluates their step times; a job that loses a GPU or a path is reported as
 disconnected (step time ``inf``), never dropped. ``degraded_step_times`` is the batched form for
 capacity-only scenarios (no re-routing): one ``vmap`` over capacity masks.
+
+>>> from flowmodel import fabric as fb, resilience
+>>> fleet = fb.Fleet(sites=(fb.Site("a"), fb.Site("b"), fb.Site("c")),
+...                  long_haul=fb.ring(["a", "b", "c"], capacity=1.6e12, length_km=100.0))
+>>> [f.name for f in resilience.single_failures(fb.build(fleet))]   # one scenario per long-haul cable
+['a/border-b/border down', 'a/border-c/border down', 'b/border-c/border down']
 """
 
 from __future__ import annotations

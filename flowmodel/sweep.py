@@ -10,6 +10,13 @@ repeating the last point; the padding is dropped from the results.
 
 ``grid(**axes)`` and ``random_points(n, seed, **boxes)`` make point sets; ``write_table`` writes
 CSV and JSON atomically.
+
+>>> import jax.numpy as jnp
+>>> from flowmodel import sweep
+>>> points = sweep.grid(capacity=[1.0, 2.0], size=[10.0, 20.0, 30.0])
+>>> table = sweep.sweep(lambda p: {"time": p["size"] / p["capacity"]}, points, progress=False)
+>>> table["time"].tolist()
+[10.0, 20.0, 30.0, 5.0, 10.0, 15.0]
 """
 
 from __future__ import annotations

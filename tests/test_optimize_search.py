@@ -149,13 +149,3 @@ def test_budget_projection_is_exact():
 def test_bad_input(make, match):
     with pytest.raises(ValueError, match=match):
         make(*_line())
-
-
-def test_docstring_examples_run():
-    import doctest
-
-    from flowmodel.optimize import _mlu, _search
-
-    for module in (_search, _mlu):
-        failed, attempted = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
-        assert attempted > 0 and failed == 0, module.__name__

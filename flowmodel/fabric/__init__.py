@@ -1,5 +1,19 @@
 """Fabric builders: descriptions of scale-up, scale-out and scale-across networks, built into networkx
-graphs and compiled to arrays; failures; and the closed-form k-ary fat-tree used by the benchmarks."""
+graphs and compiled to arrays; failures; and the closed-form k-ary fat-tree used by the benchmarks.
+
+Describe (``ScaleUp``, ``Clos``, ``Site``, ``LongHaul``, ``Fleet``), build a networkx graph, compile it
+to a ``Network`` (capacity and latency per directed link) and its ``FabricInfo`` (names, tags, groups):
+
+>>> from flowmodel import fabric as fb
+>>> fleet = fb.Fleet(sites=(fb.Site("a", scale_out=fb.Clos(tiers=2, gpus_per_leaf=8, leaves_per_pod=4)),
+...                         fb.Site("b", scale_out=fb.Clos(tiers=2, gpus_per_leaf=8, leaves_per_pod=4))),
+...                  long_haul=(fb.LongHaul("a", "b", capacity=1.6e12 / 8, length_km=100.0),))
+>>> network, info = fb.compile_fabric(fb.build(fleet))
+>>> info.num_gpus, info.num_links        # every cable is two directed links
+(64, 578)
+>>> list(info.groups)                    # link groups: what the optimizer and failures act on
+['a/scale_up', 'a/nic', 'a/leaf_up', 'a/border_up', 'b/scale_up', 'b/nic', 'b/leaf_up', 'b/border_up', 'long_haul/a-b']
+"""
 
 from ._astra import AstraRouter as AstraRouter
 from ._astra import from_astra as from_astra

@@ -64,7 +64,8 @@ class Clos:
     are ``spines_per_pod * aggs_per_plane`` aggregation switches). A 2-tier Clos has one pod.
 
     Capacities: ``oversubscription[i]`` = (capacity into tier i from below) / (capacity from tier i to
-    tier i+1), a continuous ratio: 7.0 is 7:1, 0.5 is 1:2 (undersubscribed). A leaf's uplink capacity
+    tier i+1), a continuous ratio: 7.0 is 7:1, 0.5 is 1:2 (undersubscribed). One number applies to
+    every upper tier; the default is non-blocking (1.0). A leaf's uplink capacity
     is ``gpus_per_leaf * nic_bandwidth / oversubscription[0]``, split evenly over its spines; a spine's
     is its downlink capacity over ``oversubscription[1]``, split over its plane's aggregation
     switches. Both directions of a cable get the same capacity.
@@ -88,7 +89,7 @@ class Clos:
     pods: int = 1
     aggs_per_plane: int = 1
     nic_bandwidth: float = 50e9
-    oversubscription: tuple[float, ...] = (1.0,)
+    oversubscription: float | tuple[float, ...] | None = None
     latency: float = 1e-6
     rail_optimized: bool = False
     radix: int | None = None
@@ -102,7 +103,12 @@ class Clos:
             raise ValueError(f"scale_out.pods: a 2-tier Clos has one pod, got {self.pods!r}")
         _positive("scale_out.nic_bandwidth", self.nic_bandwidth)
         _nonnegative("scale_out.latency", self.latency)
-        object.__setattr__(self, "oversubscription", tuple(self.oversubscription))
+        ratios = self.oversubscription
+        if ratios is None:  # non-blocking
+            ratios = 1.0
+        if isinstance(ratios, (int, float)) and not isinstance(ratios, bool):  # one ratio for every upper tier
+            ratios = (ratios,) * (self.tiers - 1)
+        object.__setattr__(self, "oversubscription", tuple(ratios))
         if len(self.oversubscription) != self.tiers - 1:
             raise ValueError(f"scale_out.oversubscription: needs {self.tiers - 1} ratio(s) for {self.tiers} "
                              f"tiers, got {self.oversubscription!r}")

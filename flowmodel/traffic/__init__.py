@@ -1,5 +1,25 @@
 """Traffic: collectives as phases of flows, and the workloads (models, parallelism, placement) that
-produce them."""
+produce them.
+
+A ring all-reduce of 1 GiB over one group of 8 ranks is one phase of 8 flows and 14 steps
+(reduce-scatter then all-gather); each flow carries 1/8 of the buffer per step:
+
+>>> import numpy as np
+>>> from flowmodel import traffic as tr
+>>> coll = tr.all_reduce(np.arange(8)[None, :], 2**30)
+>>> [(ph.num_flows, ph.steps, float(ph.bytes[0]) / 2**27) for ph in coll.phases]
+[(8, 14, 14.0)]
+>>> tr.bus_factor("all_reduce", 8)      # nccl-tests: busbw = algbw x 2(n-1)/n
+1.75
+
+A training job checks itself against its GPUs:
+
+>>> job = tr.Training(tr.llama3_405b(), tr.Parallelism(tp=8, pp=16, dp=128), global_batch=2048)
+>>> job.job_ranks(8_192)
+Traceback (most recent call last):
+...
+ValueError: parallelism: tp x cp x pp x dp = 8 x 1 x 16 x 128 = 16384 GPUs, but the fabric has 8192
+"""
 
 from ._collectives import ALGORITHMS as ALGORITHMS
 from ._collectives import KINDS as KINDS
