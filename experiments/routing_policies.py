@@ -1,6 +1,10 @@
 """ECMP hashing vs E-ECMP with QP scaling vs packet spraying (DSF) on an oversubscribed Clos.
 
     PYTHONPATH=. python experiments/routing_policies.py [--config configs/dsf_vs_ecmp.yaml] [--out out/routing]
+    PYTHONPATH=. python experiments/routing_policies.py --config configs/llama3_24k.yaml --out out/routing_24k
+
+The second runs the study on the 24K preset (Llama 3 405B; ~11 min on 2 CPU cores: every policy
+plans and compiles the whole training step, and spray splits each DP flow over every path).
 
 For each policy: the training job's step time (exact) and the bus bandwidth of a 1 GiB ring
 all-reduce over the job's DP groups, all groups at once (nccl-tests' busbw = algbw x 2(n-1)/n).

@@ -49,6 +49,18 @@ def test_quickstart_loads():
     assert sc.alpha == 2e-6 and len(sc.knobs) == 3 and sc.knobs[2].upper == 1.6e12
 
 
+def test_oversubscription_is_a_list_a_number_or_left_out():
+    data = _quickstart()
+    so = data["fabric"]["sites"][0]["scale_out"]
+    so["oversubscription"] = 3
+    assert config.parse(data).fleet.sites[0].scale_out.oversubscription == (3.0,) * (so["tiers"] - 1)
+    del so["oversubscription"]
+    assert config.parse(data).fleet.sites[0].scale_out.oversubscription == (1.0,) * (so["tiers"] - 1)
+    so["oversubscription"] = "3:1"
+    with pytest.raises(config.ConfigError, match=r"scale_out.oversubscription: expected a number, got '3:1'"):
+        config.parse(data)
+
+
 def _mutated(path: str, value):
     data = _quickstart()
     node = data

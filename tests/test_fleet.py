@@ -45,6 +45,16 @@ def test_two_tier_clos_counts_and_capacities():
     assert len(_edges(g, tier="nic")) == 2 * 48 and len(_edges(g, tier="scale_up")) == 2 * 48
 
 
+def test_oversubscription_defaults_to_non_blocking_and_one_ratio_serves_every_tier():
+    assert fb.Clos(tiers=2).oversubscription == (1.0,) and fb.Clos(tiers=3).oversubscription == (1.0, 1.0)
+    assert fb.Clos(tiers=3, oversubscription=4).oversubscription == (4.0, 4.0)
+    assert fb.Clos(tiers=3, oversubscription=4) == fb.Clos(tiers=3, oversubscription=(4.0, 4.0))
+    with pytest.raises(ValueError, match=r"oversubscription: needs 2 ratio\(s\) for 3 tiers"):
+        fb.Clos(tiers=3, oversubscription=(4.0,))
+    with pytest.raises(ValueError, match=r"oversubscription\[0\]: must be > 0"):
+        fb.Clos(tiers=3, oversubscription=-1)
+
+
 def test_meta_24k_preset_ratios_measured_from_the_graph():
     g = fb.build(fb.meta_24k())
     gpus, racks = _kind(g, "gpu"), _kind(g, "leaf")
