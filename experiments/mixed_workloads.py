@@ -40,7 +40,7 @@ def main() -> None:
 
     def run(inference=(), background=()):
         res = steptime.evaluate_fleet(jobs, network, info, router, inference=inference, background=background,
-                                      alpha=sc.alpha)
+                                      alpha=sc.alpha, congestion=sc.congestion)
         kv = next(iter(res.kv_transfer_s.values()), float("nan"))
         return float(res.steps[job].step_time), kv
 

@@ -44,12 +44,13 @@ def main() -> None:
     def cost(ratio):
         return a + float(b[0] * space.positions({args.group: ratio})[0])
 
+    options = dict(alpha=scenario.alpha, congestion=scenario.congestion)
     table = sweep.sweep(lambda p: {"step_time_s": steptime.step_time(
-        plan, fabric.apply_groups(network, info, {args.group: p["ratio"]}), alpha=scenario.alpha).step_time},
+        plan, fabric.apply_groups(network, info, {args.group: p["ratio"]}), **options).step_time},
         {"ratio": np.array(RATIOS)})
     costs = [cost(r) for r in RATIOS]
     budget = cost(args.budget_ratio)
-    objective, exact = optimize.training_objective([plan], sharpness=scenario.sharpness, alpha=scenario.alpha)
+    objective, exact = optimize.training_objective([plan], sharpness=scenario.sharpness, **options)
     res = optimize.minimize(objective, network, space, exact=exact, budget=budget, steps=60)
     chosen = res.parameters[args.group]["value"]
 

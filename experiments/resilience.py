@@ -38,7 +38,7 @@ def main() -> None:
     g = fabric.build(sc.fleet)
     scenarios = resilience.single_failures(g, tiers=f["tiers"] or (), switch_kinds=f["switch_kinds"] or (),
                                            sites=f["sites"], fraction=f["fraction"], probability=f["probability"])
-    report = resilience.evaluate_failures(g, list(sc.training), scenarios, alpha=sc.alpha)
+    report = resilience.evaluate_failures(g, list(sc.training), scenarios, alpha=sc.alpha, congestion=sc.congestion)
     job = sc.training[0].name
     t = report.step_times[job]
     print(f"\n{sc.name}: {job}, healthy {report.healthy[job]:.4f} s")
@@ -51,9 +51,9 @@ def main() -> None:
     space = optimize.Space(info, sc.knobs, sc.cost)
     groups = [k.group for k in sc.knobs]
     plans = [steptime.plan_training(j, info, routing.Router(info)) for j in sc.training]
-    plain = optimize.training_objective(plans, sharpness=sc.sharpness, alpha=sc.alpha)
+    plain = optimize.training_objective(plans, sharpness=sc.sharpness, alpha=sc.alpha, congestion=sc.congestion)
     aware = resilience.expected_objective(g, list(sc.training), scenarios, groups, healthy_weight=f["healthy_weight"],
-                                          alpha=sc.alpha, sharpness=sc.sharpness)
+                                          alpha=sc.alpha, congestion=sc.congestion, sharpness=sc.sharpness)
     o = sc.optimize
     runs = {}
     for label, (objective, exact) in (("failure-free plan", plain), ("resilience-aware plan", aware[:2])):

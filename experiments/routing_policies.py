@@ -43,7 +43,7 @@ def main() -> None:
     rows, breakdowns = [], {}
     for policy in POLICIES:
         plan = steptime.plan_training(job, info, router, policy=policy, qps=scenario.routing["qps"])
-        res = steptime.step_time(plan, network, alpha=scenario.alpha)
+        res = steptime.step_time(plan, network, alpha=scenario.alpha, congestion=scenario.congestion)
         coll = traffic.all_reduce(dp_groups, size)
         seconds = sum(float(steptime.phase_time(steptime.route_phase(ph, router, policy, qps=scenario.routing["qps"]),
                                                 network.capacity, network.latency)) for ph in coll.phases)

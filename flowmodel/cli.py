@@ -46,7 +46,7 @@ def _fleet_result(scenario, network, info, router) -> dict:
     policy = scenario.routing["policy"]
     res = steptime.evaluate_fleet(list(scenario.training), network, info, router, inference=scenario.inference,
                                   background=scenario.background, policy=policy, seed=scenario.routing["seed"],
-                                  alpha=scenario.alpha)
+                                  alpha=scenario.alpha, congestion=scenario.congestion)
     jobs = {name: {"step_time_s": float(r.step_time), "breakdown": _floats(r.breakdown),
                    "by_domain": _floats(r.by_domain),
                    "collectives": {k: {key: (val if isinstance(val, str) else float(val)) for key, val in v.items()}
@@ -94,7 +94,7 @@ def cmd_optimize(scenario, out: str, quiet: bool) -> dict:
     fixed = steptime.constant_load(router, scenario.inference, scenario.background, policy=policy, seed=seed)
     background = jnp.asarray(fixed) if fixed.any() else None
     objective, exact = optimize.training_objective(plans, sharpness=scenario.sharpness, background=background,
-                                                   alpha=scenario.alpha)
+                                                   alpha=scenario.alpha, congestion=scenario.congestion)
     space = optimize.Space(info, scenario.knobs, scenario.cost)
     o = scenario.optimize
     from tqdm import tqdm
@@ -106,8 +106,9 @@ def cmd_optimize(scenario, out: str, quiet: bool) -> dict:
     rounded = any(k.allowed for k in scenario.knobs)
     if rounded:
         res = optimize.round_to_allowed(res, network, space, exact, budget=o["budget"])
-    before = steptime.step_time(plans[0], network, background=background, alpha=scenario.alpha)
-    after = steptime.step_time(plans[0], res.network, background=background, alpha=scenario.alpha)
+    options = dict(background=background, alpha=scenario.alpha, congestion=scenario.congestion)
+    before = steptime.step_time(plans[0], network, **options)
+    after = steptime.step_time(plans[0], res.network, **options)
     result = {"scenario": scenario.name, "baseline_step_time_s": res.baseline,
               "optimized_step_time_s": res.optimized, "parameters": res.parameters,
               "baseline_parameters": {k.group: {"value": info.groups[k.group].value, "unit": info.groups[k.group].unit}
@@ -144,7 +145,8 @@ def cmd_sweep(scenario, out: str, quiet: bool) -> dict:
             raise ValueError(f"sweep.grid.{group}: unknown link group; known: {', '.join(sorted(info.groups))}")
 
     def evaluate(p):
-        res = steptime.step_time(plan, fabric.apply_groups(network, info, p), alpha=scenario.alpha)
+        res = steptime.step_time(plan, fabric.apply_groups(network, info, p), alpha=scenario.alpha,
+                                 congestion=scenario.congestion)
         return {"step_time_s": res.step_time, **{f"{k}_s": v for k, v in res.breakdown.items()}}
 
     points = sweep.grid(**scenario.sweep["grid"])

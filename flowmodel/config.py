@@ -42,7 +42,7 @@ import yaml
 from . import _units
 from .fabric import Clos, Fleet, LongHaul, ScaleUp, Site, full_mesh, ring
 from .optimize import CostModel, Knob
-from .steptime import Background, Inference
+from .steptime import Background, Congestion, Inference
 from .traffic import Model, Parallelism, Training, llama3_405b
 
 
@@ -86,7 +86,8 @@ INFERENCE = {"name": ("str", REQUIRED), "model": ("model", REQUIRED), "prefill":
 BACKGROUND = {"name": ("str", REQUIRED), "src": ("ints", REQUIRED), "dst": ("ints", REQUIRED),
               "rate": ("bandwidth", REQUIRED)}
 WORKLOADS = {"training": ([TRAINING], None), "inference": ([INFERENCE], None), "background": ([BACKGROUND], None)}
-OPTIONS = {"sharpness": ("float", 64.0), "alpha": ("time", 0.0)}
+OPTIONS = {"sharpness": ("float", 64.0), "alpha": ("time", 0.0), "window": ("size", None), "queueing": ("bool", False),
+           "packet": ("size", 4096.0), "buffer": ("size", None)}
 KNOB = {"group": ("str", REQUIRED), "lower": ("knob", REQUIRED), "upper": ("knob", REQUIRED),
         "allowed": ("knobs", None)}
 COST = {"per_gbps": ("prices", None), "per_gbps_km": ("float", 0.0)}
@@ -217,6 +218,7 @@ class Scenario:
     cost: CostModel | None
     sweep: dict | None = None
     failures: dict | None = None
+    congestion: Congestion | None = None  # window limit and queueing (model.window, model.queueing)
 
 
 def _sites(raw: list, where: str) -> list[Site]:
@@ -306,6 +308,13 @@ def parse(data: Any) -> Scenario:
     options = raw["model"]
     if options["sharpness"] <= 0:
         _fail("model.sharpness", f"must be > 0, got {options['sharpness']}")
+    for key in ("window", "packet", "buffer"):
+        if options[key] is not None and options[key] <= 0:
+            _fail(f"model.{key}", f"must be > 0 bytes, got {options[key]}")
+    congestion = None
+    if options["window"] is not None or options["queueing"]:
+        congestion = Congestion(window=options["window"], queueing=options["queueing"],
+                                packet_bytes=options["packet"], buffer_bytes=options["buffer"])
     sw = raw["sweep"]
     if sw is not None:
         for group, values in sw["grid"].items():
@@ -323,7 +332,8 @@ def parse(data: Any) -> Scenario:
             _fail("failures", "names nothing to fail (tiers, switch_kinds or sites)")
     return Scenario(name=raw["name"], fleet=fleet, routing=fab["routing"], training=tuple(training),
                     inference=tuple(inference), background=tuple(background), sharpness=options["sharpness"],
-                    alpha=options["alpha"], optimize=opt, knobs=knobs, cost=cost, sweep=sw, failures=fl)
+                    alpha=options["alpha"], optimize=opt, knobs=knobs, cost=cost, sweep=sw, failures=fl,
+                    congestion=congestion)
 
 
 def load(path: str) -> Scenario:

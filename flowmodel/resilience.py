@@ -129,8 +129,9 @@ def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> flo
 
 def evaluate_failures(g: nx.DiGraph, jobs: Sequence[Training], scenarios: Sequence[Failure], *,
                       policy: str = "ecmp", seed: int = 0, alpha: float = 0.0, max_paths: int = 16,
-                      site_paths: int = 2) -> FailureReport:
-    """Step time of every job, healthy and under each scenario (re-routed), with expected and tail."""
+                      site_paths: int = 2, congestion=None) -> FailureReport:
+    """Step time of every job, healthy and under each scenario (re-routed), with expected and tail.
+    ``alpha`` and ``congestion`` are passed to the step-time model."""
     if not scenarios:
         raise ValueError("scenarios: none given")
     probs = np.array([s.probability for s in scenarios], np.float64)
@@ -156,7 +157,8 @@ def evaluate_failures(g: nx.DiGraph, jobs: Sequence[Training], scenarios: Sequen
             alive.append(job)
             plans.append(plan)
         if alive:
-            res = evaluate_fleet(alive, network, info, router, policy=policy, seed=seed, alpha=alpha, plans=plans)
+            res = evaluate_fleet(alive, network, info, router, policy=policy, seed=seed, alpha=alpha, plans=plans,
+                                 congestion=congestion)
             out.update({name: float(r.step_time) for name, r in res.steps.items()})
         return out
 
@@ -197,7 +199,7 @@ def degraded_step_times(plan, network: Network, masks) -> jax.Array:
 
 def expected_objective(g: nx.DiGraph, jobs: Sequence[Training], scenarios: Sequence[Failure], groups: Sequence[str],
                        *, healthy_weight: float = 1.0, policy: str = "ecmp", seed: int = 0, alpha: float = 0.0,
-                       sharpness: float = 64.0):
+                       sharpness: float = 64.0, congestion=None):
     """(objective, exact, disconnected) for ``optimize.minimize``: the probability-weighted mean of the
     jobs' summed step times over the healthy fabric (weight ``healthy_weight``) and every scenario.
 
@@ -237,7 +239,8 @@ def expected_objective(g: nx.DiGraph, jobs: Sequence[Training], scenarios: Seque
         out = 0.0
         for weight, network, info, plans in cases:
             here = apply_groups(network, info, {k: v for k, v in values.items() if k in info.groups})
-            out = out + weight / total * sum(step_time(p, here, alpha=alpha, sharpness=sharp).step_time
+            out = out + weight / total * sum(step_time(p, here, alpha=alpha, sharpness=sharp,
+                                                       congestion=congestion).step_time
                                              for p in plans)
         return out
 

@@ -61,6 +61,20 @@ def test_oversubscription_is_a_list_a_number_or_left_out():
         config.parse(data)
 
 
+def test_congestion_options():
+    data = _quickstart()
+    assert config.parse(data).congestion is None  # off unless asked for
+    data.setdefault("model", {}).update(window="64MB", queueing=True, buffer="8MiB")
+    c = config.parse(data).congestion
+    assert (c.window, c.queueing, c.buffer_bytes, c.packet_bytes) == (64e6, True, 8 * 2**20, 4096.0)
+    data["model"]["window"] = "-1MB"
+    with pytest.raises(config.ConfigError, match=r"model.window: must be > 0 bytes, got -1000000.0"):
+        config.parse(data)
+    data["model"]["window"] = "64Mbps"
+    with pytest.raises(config.ConfigError, match=r"model.window: unknown size unit 'Mbps'"):
+        config.parse(data)
+
+
 def _mutated(path: str, value):
     data = _quickstart()
     node = data

@@ -59,3 +59,83 @@ def test_route_latency_and_rtt_weights():
     lat = np.array([1e-3, 2e-3])
     np.testing.assert_allclose(fm.route_latency(routes, lat), [3e-3, 2e-3])
     np.testing.assert_allclose(fm.rtt_weights(routes, lat), [1 / 3e-3, 1 / 2e-3])
+
+
+# --- the step-time switch: steptime.Congestion ---------------------------------------------------
+
+from flowmodel import fabric as fb  # noqa: E402
+from flowmodel import routing as rt  # noqa: E402
+from flowmodel import steptime as st  # noqa: E402
+from flowmodel import traffic as tr  # noqa: E402
+
+
+def _two_sites(km=1000.0):
+    clos = fb.Clos(tiers=2, gpus_per_leaf=2, leaves_per_pod=1, spines_per_pod=1)  # 2 GPUs per site
+    fleet = fb.Fleet(sites=(fb.Site("a", scale_up=fb.ScaleUp(size=2), scale_out=clos),
+                            fb.Site("b", scale_up=fb.ScaleUp(size=2), scale_out=clos)),
+                     long_haul=(fb.LongHaul("a", "b", capacity=100e9, length_km=km),))
+    network, info = fb.compile_fabric(fb.build(fleet))
+    return network, info, rt.Router(info)
+
+
+def test_window_caps_a_long_haul_transfer_at_window_over_rtt():
+    network, info, router = _two_sites()
+    rp = st.route_phase(tr.send_recv([0], [2], 1e9).phases[0], router)
+    lat = float(fm.route_latency(jnp.asarray(rp.sub.routes), network.latency)[0])
+    assert lat > 4.9e-3
+    plain = st.phase_time(rp, network.capacity, network.latency)
+    np.testing.assert_allclose(plain, 1e9 / 50e9 + lat, rtol=1e-9)  # the 50 GB/s NIC is the bottleneck
+    window = 64e6
+    capped = st.phase_time(rp, network.capacity, network.latency, congestion=st.Congestion(window=window))
+    np.testing.assert_allclose(capped, 1e9 / (window / (2 * lat)) + lat, rtol=1e-9)
+    huge = st.phase_time(rp, network.capacity, network.latency, congestion=st.Congestion(window=1e12))
+    np.testing.assert_allclose(huge, plain, rtol=1e-12)  # a window above the BDP changes nothing
+
+
+def test_window_is_shared_by_a_flows_paths():
+    network, info, router = _two_sites()
+    ph = tr.send_recv([0], [2], 1e9).phases[0]
+    cong = st.Congestion(window=32e6)
+    t_ecmp = st.phase_time(st.route_phase(ph, router, "ecmp"), network.capacity, network.latency, congestion=cong)
+    t_qp = st.phase_time(st.route_phase(ph, router, "qp_scaling", qps=4), network.capacity, network.latency,
+                         congestion=cong)
+    np.testing.assert_allclose(t_qp, t_ecmp, rtol=1e-9)  # 4 queue pairs, each a quarter of the window
+
+
+def test_queueing_adds_the_full_buffer_delay_on_saturated_links():
+    fleet = fb.Fleet(sites=(fb.Site("a", scale_up=fb.ScaleUp(size=2, bandwidth=400e9, latency=0.0)),))
+    network, info = fb.compile_fabric(fb.build(fleet))
+    rp = st.route_phase(tr.send_recv([0], [1], 1e9).phases[0], rt.Router(info))
+    buffer = 4e6
+    cong = st.Congestion(queueing=True, buffer_bytes=buffer)
+    t = st.phase_time(rp, network.capacity, network.latency, congestion=cong)
+    # the flow fills both its links (GPU -> switch -> GPU): each is at utilisation 1, delay buffer / c
+    np.testing.assert_allclose(t, 1e9 / 400e9 + 2 * buffer / 400e9, rtol=1e-9)
+    assert float(st.phase_time(rp, network.capacity, network.latency)) < float(t)
+
+
+def test_congestion_in_step_time_is_monotone_and_differentiable():
+    clos = fb.Clos(tiers=2, gpus_per_leaf=8, leaves_per_pod=1, spines_per_pod=1)  # 8 GPUs per site
+    fleet = fb.Fleet(sites=(fb.Site("a", scale_up=fb.ScaleUp(size=8), scale_out=clos),
+                            fb.Site("b", scale_up=fb.ScaleUp(size=8), scale_out=clos)),
+                     long_haul=(fb.LongHaul("a", "b", capacity=200e9, length_km=500.0),))
+    network, info = fb.compile_fabric(fb.build(fleet))
+    model = tr.Model(name="small", layers=4, hidden=1024, ffn_hidden=4096, heads=8, kv_heads=8, vocab=32000,
+                     seq_len=2048)
+    job = tr.Training(model, tr.Parallelism(tp=8, dp=2), global_batch=8)
+    plan = st.plan_training(job, info, rt.Router(info))
+    times = [float(st.step_time(plan, network, congestion=c).step_time)
+             for c in (None, st.Congestion(window=256e6), st.Congestion(window=16e6),
+                       st.Congestion(window=16e6, queueing=True))]
+    assert times[0] <= times[1] < times[2] < times[3]
+
+    cong = st.Congestion(window=16e6, queueing=True)
+
+    def f(scale):
+        net = fb.Network(capacity=network.capacity * scale, latency=network.latency * scale)
+        return st.step_time(plan, net, congestion=cong, jit=False).step_time
+
+    g = jax.grad(f)(1.0)
+    h = 1e-6
+    fd = (f(1.0 + h) - f(1.0 - h)) / (2 * h)
+    assert np.isfinite(g) and abs(g - fd) <= 1e-4 * abs(fd)

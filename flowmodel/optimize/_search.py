@@ -326,8 +326,11 @@ def random_search(exact: Callable, network: Network, space: Space, evaluations: 
     return _best_of(points, exact, network, space, budget, logits, "random_search")
 
 
-def training_objective(plans, *, weights=None, sharpness: float = 64.0, background=None, alpha: float = 0.0):
+def training_objective(plans, *, weights=None, sharpness: float = 64.0, background=None, alpha: float = 0.0,
+                       congestion=None):
     """(objective, exact) for ``minimize``: the weighted sum of the plans' step times, smooth and exact.
+
+    ``background``, ``alpha`` and ``congestion`` are passed to ``steptime.step_time``.
 
     ``logits`` passed by ``minimize`` are keyed ``"<job index>/<phase name>"`` for WCMP plans.
     """
@@ -343,7 +346,7 @@ def training_objective(plans, *, weights=None, sharpness: float = 64.0, backgrou
         for j, (plan, w) in enumerate(zip(plans, weights)):
             own = {k.split("/", 1)[1]: v for k, v in (logits or {}).items() if k.split("/", 1)[0] == str(j)}
             out = out + w * step_time(plan, network, background=background, alpha=alpha, sharpness=sharp,
-                                      logits=own or None).step_time
+                                      logits=own or None, congestion=congestion).step_time
         return out
 
     return (lambda network, logits: total(network, logits, sharpness),

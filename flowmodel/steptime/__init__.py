@@ -21,6 +21,7 @@ README's example); ``evaluate_fleet`` for several workloads at once.
 """
 
 from ._comm import DOMAINS as DOMAINS
+from ._comm import Congestion as Congestion
 from ._comm import RoutedPhase as RoutedPhase
 from ._comm import background_load as background_load
 from ._comm import phase_finish as phase_finish

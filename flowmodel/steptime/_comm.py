@@ -5,7 +5,8 @@
 and differentiated. A phase's time is its bandwidth term, the makespan of its flows under fluid
 max-min sharing (``completion_times``; the smooth model uses alpha-fair rates and a soft max), plus
 its latency term ``steps x (longest route latency + alpha)``, where ``alpha`` is the per-step
-software latency (a calibration parameter: NCCL's per-message overhead).
+software latency (a calibration parameter: NCCL's per-message overhead). :class:`Congestion`
+switches on a transport window (rates capped at window / RTT) and queueing delay in the latency term.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._checks import is_traced
-from .._congestion import link_bytes, route_latency, soft_max
+from .._congestion import link_bytes, queueing_delay, route_latency, soft_max, window_limited_rate
 from .._fluid import completion_times
 from .._smooth import smooth_maxmin_rates
 from ..fabric._network import FabricInfo
@@ -25,6 +26,54 @@ from ..routing import Candidates, Router, SubFlows, route, wcmp
 from ..traffic._collectives import Phase
 
 DOMAINS = ("scale_up", "scale_out", "scale_across")
+
+
+@dataclasses.dataclass(frozen=True)
+class Congestion:
+    """Congestion and latency effects the step-time model can switch on (all off by default).
+
+    Attributes:
+      window: bytes in flight per flow (all its paths and queue pairs together), or None for no
+        window limit. A flow's rate is capped at ``window / RTT`` (RTT = twice its route latency); a
+        sub-flow carrying a fraction of the flow gets that fraction of the window. This is what makes
+        a 1,000 km link (RTT 10 ms) need 62.5 MB in flight per 50 GB/s.
+      queueing: add each link's queueing delay (``queueing_delay``: M/M/1, bounded by the buffer) at
+        the phase's mean utilisation (its bytes on the link over its bandwidth time) to the latency
+        of every step.
+      packet_bytes, buffer_bytes: of the queueing model (default buffer: 1,000 packets per port).
+    """
+
+    window: float | None = None
+    queueing: bool = False
+    packet_bytes: float = 4096.0
+    buffer_bytes: float | None = None
+
+    def __post_init__(self):
+        if self.window is not None and not (np.isfinite(self.window) and self.window > 0):
+            raise ValueError(f"congestion.window: must be > 0 bytes (or None), got {self.window!r}")
+        if not (np.isfinite(self.packet_bytes) and self.packet_bytes > 0):
+            raise ValueError(f"congestion.packet_bytes: must be > 0, got {self.packet_bytes!r}")
+        if self.buffer_bytes is not None and not (np.isfinite(self.buffer_bytes) and self.buffer_bytes > 0):
+            raise ValueError(f"congestion.buffer_bytes: must be > 0 (or None), got {self.buffer_bytes!r}")
+
+
+def _rate_limit(sub: SubFlows, latency, congestion: Congestion | None):
+    if congestion is None or congestion.window is None:
+        return None
+    return window_limited_rate(sub.routes, latency, congestion.window * jnp.asarray(sub.fraction))
+
+
+def _hop_latency(sub: SubFlows, sizes, capacity, latency, bandwidth_time, congestion: Congestion | None):
+    """Longest route latency, plus queueing at the phase's mean utilisation when switched on."""
+    routes = jnp.asarray(sub.routes)
+    if congestion is None or not congestion.queueing:
+        return jnp.max(route_latency(routes, latency))
+    capacity = jnp.asarray(capacity)
+    ok = bandwidth_time > 0
+    load = link_bytes(routes, sizes, capacity.shape[0]) / jnp.where(ok, bandwidth_time, 1.0)
+    delay = queueing_delay(jnp.where(ok, load, 0.0), capacity, packet_bytes=congestion.packet_bytes,
+                           buffer_bytes=congestion.buffer_bytes)
+    return jnp.max(route_latency(routes, latency + delay))
 
 
 def domain_of(info: FabricInfo, routes: np.ndarray) -> str:
@@ -108,7 +157,7 @@ def residual_capacity(capacity, background, info: FabricInfo | None = None):
 
 
 def phase_time(rp: RoutedPhase, capacity, latency, *, alpha: float = 0.0, sharpness: float | None = None,
-               start_times=None):
+               start_times=None, congestion: Congestion | None = None):
     """Seconds from the phase's start until its last flow finishes, latency term included.
 
     Args:
@@ -117,29 +166,35 @@ def phase_time(rp: RoutedPhase, capacity, latency, *, alpha: float = 0.0, sharpn
       sharpness: ``None`` for the exact fluid model; a number for the smooth relaxation (alpha-fair
         rates with that sharpness, no re-sharing, soft max with temperature = mean time / sharpness).
       start_times: optional float[F] per-flow offsets (s) within the phase.
+      congestion: window limit and queueing delay (:class:`Congestion`); None: both off.
     """
     if rp.sub is None:
         return jnp.zeros((), jnp.asarray(capacity).dtype)
     sub = rp.sub
     sizes = sub.sizes(rp.sizes)
     weights = sub.weights()
+    limit = _rate_limit(sub, latency, congestion)
     starts = None if start_times is None else jnp.asarray(start_times)[sub.parent]
     if sharpness is None:
-        finish = completion_times(sub.routes, sizes, capacity, weights=weights, start_times=starts)
+        finish = completion_times(sub.routes, sizes, capacity, weights=weights, rate_limit=limit, start_times=starts)
         bandwidth = jnp.max(sub.flow_finish(finish))
     else:
-        rates = smooth_maxmin_rates(sub.routes, capacity, weights=weights, sharpness=sharpness)
+        rates = smooth_maxmin_rates(sub.routes, capacity, weights=weights, rate_limit=limit, sharpness=sharpness)
         times = sizes / rates + (0.0 if starts is None else starts)
         bandwidth = soft_max(times, jax.lax.stop_gradient(jnp.mean(times)) / sharpness)
-    hop = jnp.max(route_latency(jnp.asarray(sub.routes), latency))
+    busy = bandwidth - (0.0 if starts is None else jnp.min(starts))
+    hop = _hop_latency(sub, sizes, capacity, latency, busy, congestion)
     return bandwidth + rp.steps * (hop + alpha)
 
 
-def phase_finish(rp: RoutedPhase, capacity, latency, start_times, *, alpha: float = 0.0):
+def phase_finish(rp: RoutedPhase, capacity, latency, start_times, *, alpha: float = 0.0,
+                 congestion: Congestion | None = None):
     """float[F] absolute finish of every flow of ``rp`` started at ``start_times`` (exact model),
     each plus the phase's latency term; flows of different start times share links while they overlap."""
     sub = rp.sub
-    finish = completion_times(sub.routes, sub.sizes(rp.sizes), capacity, weights=sub.weights(),
-                              start_times=jnp.asarray(start_times)[sub.parent])
-    hop = jnp.max(route_latency(jnp.asarray(sub.routes), latency))
+    sizes = sub.sizes(rp.sizes)
+    starts = jnp.asarray(start_times)[sub.parent]
+    finish = completion_times(sub.routes, sizes, capacity, weights=sub.weights(),
+                              rate_limit=_rate_limit(sub, latency, congestion), start_times=starts)
+    hop = _hop_latency(sub, sizes, capacity, latency, jnp.max(finish) - jnp.min(starts), congestion)
     return sub.flow_finish(finish) + rp.steps * (hop + alpha)

@@ -17,7 +17,7 @@ from ..fabric._network import FabricInfo, Network
 from ..routing import Router
 from ..traffic._collectives import Phase
 from ..traffic._workload import Model, Training
-from ._comm import background_load, phase_time, residual_capacity, route_phase
+from ._comm import Congestion, background_load, phase_time, residual_capacity, route_phase
 from ._training import StepResult, plan_training, step_bytes, step_time
 
 
@@ -103,13 +103,14 @@ class FleetResult:
 def evaluate_fleet(jobs: list[Training], network: Network, info: FabricInfo, router: Router, *,
                    inference: tuple[Inference, ...] = (), background: tuple[Background, ...] = (),
                    policy: str = "ecmp", seed: int = 0, alpha: float = 0.0, tol: float = 1e-6,
-                   max_iterations: int = 50, plans=None) -> FleetResult:
+                   max_iterations: int = 50, plans=None, congestion: Congestion | None = None) -> FleetResult:
     """Step time of every training job and KV transfer time of every inference service, all at once.
 
     Jobs must not share GPUs. Each job's step is evaluated with the exact model; the other workloads'
     average loads are reserved from capacity (an error names a link they alone would fill). A KV
     transfer is one request moved on top of every workload's average load. ``plans`` may carry the
-    jobs' plans when the caller already made them (same policy and seed).
+    jobs' plans when the caller already made them (same policy and seed). ``congestion`` switches on
+    window limits and queueing delay for every workload (:class:`Congestion`).
     """
     names = [j.name for j in jobs] + [i.name for i in inference] + [b.name for b in background]
     dup = next((n for n in names if names.count(n) > 1), None)
@@ -136,7 +137,7 @@ def evaluate_fleet(jobs: list[Training], network: Network, info: FabricInfo, rou
         change = 0.0
         for j, plan in enumerate(plans):
             others = fixed + sum((per_step[i] / times[i] for i in range(len(jobs)) if i != j), np.zeros(L))
-            results[j] = step_time(plan, network, info=info, background=others, alpha=alpha)
+            results[j] = step_time(plan, network, info=info, background=others, alpha=alpha, congestion=congestion)
             new = float(results[j].step_time)
             change = max(change, abs(new - times[j]) / new if np.isfinite(times[j]) else np.inf)
             times[j] = new
@@ -147,6 +148,6 @@ def evaluate_fleet(jobs: list[Training], network: Network, info: FabricInfo, rou
     capacity = residual_capacity(network.capacity, total, info)
     for inf in inference:  # one request's transfer, on top of every workload's average load
         rp = route_phase(inf.transfer(), router, policy, seed=seed)
-        kv[inf.name] = float(phase_time(rp, capacity, network.latency, alpha=alpha))
+        kv[inf.name] = float(phase_time(rp, capacity, network.latency, alpha=alpha, congestion=congestion))
     return FleetResult(steps={job.name: r for job, r in zip(jobs, results)}, kv_transfer_s=kv,
                        iterations=iterations, converged=converged)

@@ -30,7 +30,7 @@ from ..fabric._network import FabricInfo, Network
 from ..routing import Router
 from ..traffic._collectives import Phase, all_gather, all_reduce, all_to_all, bus_factor, reduce_scatter, send_recv
 from ..traffic._workload import Training
-from ._comm import DOMAINS, RoutedPhase, phase_finish, phase_time, residual_capacity, route_phase
+from ._comm import DOMAINS, Congestion, RoutedPhase, phase_finish, phase_time, residual_capacity, route_phase
 from ._schedule import evaluate_schedule, one_f_one_b
 
 
@@ -203,7 +203,8 @@ def step_bytes(plan: TrainingPlan, num_links: int, *, logits=None):
 
 
 def step_time(plan: TrainingPlan, network: Network, *, info: FabricInfo | None = None, background=None,
-              alpha: float = 0.0, sharpness: float | None = None, logits=None, jit: bool = True) -> StepResult:
+              alpha: float = 0.0, sharpness: float | None = None, logits=None, congestion: Congestion | None = None,
+              jit: bool = True) -> StepResult:
     """Evaluate a planned training step on ``network`` (differentiable in its capacity and latency).
 
     Args:
@@ -213,6 +214,7 @@ def step_time(plan: TrainingPlan, network: Network, *, info: FabricInfo | None =
       sharpness: ``None`` for the exact fluid model, a number for the smooth relaxation (search).
       logits: for a plan routed with ``wcmp``, ``{phase name: float[candidates]}`` split logits
         (names from ``routed_phases``); the step time is differentiable in them.
+      congestion: window limit and queueing delay of every collective (:class:`Congestion`).
       jit: evaluate through one compiled function per plan and options (cached; the plan's routes
         become constants of the program; on 24K-GPU plans XLA ran it 50-350x faster than the same
         kernels called one by one). Inside a trace the evaluation is inlined.
@@ -224,24 +226,25 @@ def step_time(plan: TrainingPlan, network: Network, *, info: FabricInfo | None =
             raise ValueError(f"logits: the plan has no phase {name!r}; phases: {', '.join(list(names)[:6])}, ...")
     args = (network.capacity, network.latency, background, logits)
     if jit and not is_traced(*jax.tree_util.tree_leaves(args)):
-        key = (float(alpha), sharpness, background is None, tuple(sorted(logits or {})))
+        key = (float(alpha), sharpness, congestion, background is None, tuple(sorted(logits or {})))
         if key not in plan.compiled:  # lives and dies with the plan
-            plan.compiled[key] = jax.jit(functools.partial(_step_numbers, plan, alpha=alpha, sharpness=sharpness))
+            plan.compiled[key] = jax.jit(functools.partial(_step_numbers, plan, alpha=alpha, sharpness=sharpness,
+                                                           congestion=congestion))
         numbers = plan.compiled[key](*args)
     else:
-        numbers = _step_numbers(plan, *args, alpha=alpha, sharpness=sharpness)
+        numbers = _step_numbers(plan, *args, alpha=alpha, sharpness=sharpness, congestion=congestion)
     finish, parts, by_domain, report = numbers
     for kind, rep in report.items():
         rep["domain"] = plan.domains[kind]
     return StepResult(step_time=finish, breakdown=parts, by_domain=by_domain, collectives=report)
 
 
-def _step_numbers(plan: TrainingPlan, capacity, latency, background, logits, *, alpha, sharpness):
+def _step_numbers(plan: TrainingPlan, capacity, latency, background, logits, *, alpha, sharpness, congestion=None):
     """The numbers of a ``StepResult`` (no strings, so it can be compiled)."""
     job, par, model = plan.job, plan.job.parallelism, plan.job.model
     capacity = capacity if background is None else capacity - background
     phases = _resolve(plan, logits)
-    seconds = {name: phase_time(ph, capacity, latency, alpha=alpha, sharpness=sharpness)
+    seconds = {name: phase_time(ph, capacity, latency, alpha=alpha, sharpness=sharpness, congestion=congestion)
                for name, ph in phases.items() if name != "dp"}
 
     def t(prefix):
@@ -271,10 +274,11 @@ def _step_numbers(plan: TrainingPlan, capacity, latency, background, logits, *, 
                                    for k in range(V)])
         starts = last_backward[plan.dp_stage]  # each stage's reduction starts when its gradients are complete
         if sharpness is None:
-            dp_finish = jnp.max(phase_finish(phases["dp"], capacity, latency, starts, alpha=alpha))
+            dp_finish = jnp.max(phase_finish(phases["dp"], capacity, latency, starts, alpha=alpha,
+                                             congestion=congestion))
         else:
             dp_finish = phase_time(phases["dp"], capacity, latency, alpha=alpha, sharpness=sharpness,
-                                   start_times=starts)
+                                   start_times=starts, congestion=congestion)
         finish = jnp.maximum(pipeline_end, dp_finish)
         dp_exposed = finish - pipeline_end
 
