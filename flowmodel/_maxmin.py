@@ -211,6 +211,8 @@ def _solve_sparse(routes, members, capacity, weights, rate_limit, *, candidates:
         bneck = bneck.at[freeze_f].set(jnp.broadcast_to(cand[:, None], fl.shape))
         W, n_on, frozen = release(W, n_on, frozen, fl, slot_rate, sel)
         new_active = active.at[freeze_f].set(False)
+        # each frozen flow is selected once (in its designated bottleneck's row; the dummy row is empty)
+        n_active = n_active - jnp.sum(sel, dtype=jnp.int32)
         if has_caps:
             cw = jax.lax.dynamic_slice(cap_order, (ptr,), (Bc,))
             cfree = active[cw] & (cap_level[cw] <= flow_level(cw, s)) & ~jnp.any(bmask[r[cw]], axis=-1)
@@ -220,14 +222,14 @@ def _solve_sparse(routes, members, capacity, weights, rate_limit, *, candidates:
             bneck = bneck.at[cfree_f].set(L)
             W, n_on, frozen = release(W, n_on, frozen, cw, crate, cfree)
             new_active = new_active.at[cfree_f].set(False)
+            n_active = n_active - jnp.sum(cfree, dtype=jnp.int32)  # cap window entries are distinct flows
             done = ~new_active[cw]
             ptr = jnp.minimum(ptr + jnp.sum(jnp.cumprod(done), dtype=jnp.int32), F)
         new_link = bmask & (pass_l < 0)
         pass_l = jnp.where(new_link, p, pass_l)
         share = jnp.where(new_link, s, share)
         wat = jnp.where(new_link, W_start, wat)
-        new_active = new_active.at[F].set(False)
-        return (p + 1, jnp.sum(new_active, dtype=jnp.int32), ptr, new_active, W, n_on, frozen,
+        return (p + 1, n_active, ptr, new_active, W, n_on, frozen,
                 pass_f, bneck, pass_l, share, wat)
 
     ext = lambda x, fill: jnp.concatenate([x, jnp.full((1,), fill, x.dtype)])  # noqa: E731
