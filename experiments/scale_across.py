@@ -1,11 +1,13 @@
 """Data parallelism across 2-5 buildings and regions 100-2,000 km apart: step time against long-haul
-capacity and distance, for ring and tree gradient all-reduce.
+capacity and distance, for ring and tree gradient all-reduce; and what a transport window does to it.
 
     PYTHONPATH=. python experiments/scale_across.py [--out out/scale_across]
 
 Each site: 64 GPUs (8-GPU NVSwitch domains, a 2-tier 400 Gbps Clos); sites on a ring with equal
 segments; one TP8 x DP(8 x sites) job of an 8B-class model. For each site count and distance, one
-vmapped sweep over the long-haul capacity. Writes OUT/result.json and OUT/scale_across.png.
+vmapped sweep over the long-haul capacity. Then, for 2 sites at 1.6 Tbps (ring), the step time when
+every flow's bytes in flight are limited to a window (rate <= window / RTT, ``steptime.Congestion``).
+Writes OUT/result.json and OUT/scale_across.png.
 """
 
 from __future__ import annotations
@@ -28,6 +30,22 @@ MODEL = tr.Model("8b-class", layers=32, hidden=4096, ffn_hidden=14336, heads=32,
                  seq_len=8192)
 SITE = fb.Clos(tiers=2, gpus_per_leaf=16, leaves_per_pod=4, spines_per_pod=4, latency=1e-6)
 CAPACITIES = np.array([0.4e12, 1.6e12, 6.4e12]) / 8  # bytes/s for 0.4, 1.6, 6.4 Tbps
+WINDOWS = (None, 256e6, 64e6, 16e6)  # bytes in flight per flow
+
+
+def window_rows() -> list[dict]:
+    rows = []
+    for km in (100.0, 500.0, 1000.0, 2000.0):
+        fleet = fb.Fleet(sites=tuple(fb.Site(n, scale_out=SITE, scale_up=fb.ScaleUp(size=8)) for n in ("s0", "s1")),
+                         long_haul=fb.ring(["s0", "s1"], capacity=1.6e12 / 8, length_km=km))
+        network, info = fb.compile_fabric(fb.build(fleet))
+        job = tr.Training(MODEL, tr.Parallelism(tp=8, dp=16), global_batch=32)
+        plan = steptime.plan_training(job, info, routing.Router(info))
+        for window in WINDOWS:
+            congestion = None if window is None else steptime.Congestion(window=window)
+            t = steptime.step_time(plan, network, alpha=2e-6, congestion=congestion).step_time
+            rows.append({"km": km, "window_MB": None if window is None else window / 1e6, "step_time_s": float(t)})
+    return rows
 
 
 def main() -> None:
@@ -59,7 +77,12 @@ def main() -> None:
             for algorithm in ("ring", "tree"):
                 ts = [r["step_time_s"] for r in rows if (r["sites"], r["km"], r["algorithm"]) == (sites, km, algorithm)]
                 print(f"{sites:>5} {km:>6.0f} {algorithm:>5} " + " ".join(f"{t:>8.3f}" for t in ts))
-    write_json_atomic(os.path.join(args.out, "result.json"), rows)
+    windows = window_rows()
+    print("\n2 sites, ring, 1.6 Tbps: step time (s) with a window of bytes in flight per flow")
+    print(f"{'km':>6} " + " ".join(f"{'none' if w is None else f'{w / 1e6:.0f} MB':>8}" for w in WINDOWS))
+    for km in (100.0, 500.0, 1000.0, 2000.0):
+        print(f"{km:>6.0f} " + " ".join(f"{r['step_time_s']:>8.3f}" for r in windows if r["km"] == km))
+    write_json_atomic(os.path.join(args.out, "result.json"), {"capacity_sweep": rows, "windows": windows})
     plt = new_figure()
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
     for sites, style in ((2, "-"), (5, "--")):
