@@ -171,11 +171,6 @@ def _solve_sparse(routes, members, capacity, weights, rate_limit, *, candidates:
     if has_caps:
         cap_order = jnp.concatenate([jnp.argsort(cap_level[:F]).astype(jnp.int32), jnp.full((Bc,), F, jnp.int32)])
 
-    def scatter_add(vec, flows, values, mask):  # vec[L+1] += values[f] over the links of masked flows
-        links = r[flows]
-        vals = jnp.broadcast_to(jnp.where(mask, values, 0)[..., None], links.shape).astype(vec.dtype)
-        return vec.at[links.reshape(-1)].add(vals.reshape(-1))
-
     def release(W, n_on, frozen, flows, rate, mask):  # masked flows leave W and n_on, add rate to frozen
         links = r[flows].reshape(-1)
         vals = jnp.stack([jnp.where(mask, -w[flows], 0), jnp.where(mask, -1, 0).astype(dtype),
@@ -234,14 +229,13 @@ def _solve_sparse(routes, members, capacity, weights, rate_limit, *, candidates:
 
     ext = lambda x, fill: jnp.concatenate([x, jnp.full((1,), fill, x.dtype)])  # noqa: E731
     present = ext(jnp.ones(F, bool) if present is None else present, False)
-    all_flows = jnp.arange(F + 1)
     if keep is None:
         keep = jnp.zeros(F + 1, bool)
         p0 = jnp.int32(0)
         pass_f0 = jnp.where(empty, 0, -1).astype(jnp.int32)
         bneck0 = jnp.full(F + 1, L, jnp.int32)
         pass_l0, share0, wat0 = jnp.full(L + 1, -1, jnp.int32), jnp.full(L + 1, jnp.inf, dtype), jnp.zeros(L + 1, dtype)
-        frozen0 = jnp.zeros(L + 1, dtype)
+        kept_rates = jnp.zeros(F + 1, dtype)
     else:
         keep = ext(keep, False) & present
         p0 = prev.num_passes
@@ -251,11 +245,12 @@ def _solve_sparse(routes, members, capacity, weights, rate_limit, *, candidates:
         pass_l0 = jnp.where(kept_link, prev.pass_of_link, -1)
         share0 = jnp.where(kept_link, prev.share, jnp.inf)
         wat0 = jnp.where(kept_link, prev.weight_at, 0)
-        kept_rates = jnp.where(bneck0 == L, ext(rate_limit, 0), w * share0[bneck0])
-        frozen0 = scatter_add(jnp.zeros(L + 1, dtype), all_flows, kept_rates, keep)
+        kept_rates = jnp.where(keep, jnp.where(bneck0 == L, ext(rate_limit, 0), w * share0[bneck0]), 0)
     active0 = present & ~empty & ~keep
-    W0 = scatter_add(jnp.zeros(L + 1, dtype), all_flows, w, active0)
-    n_on0 = scatter_add(jnp.zeros(L + 1, jnp.int32), all_flows, 1, active0)
+    # per link: weight and count of the flows to fill, rate of the kept ones; one scatter for all three
+    vals = jnp.stack([jnp.where(active0, w, 0), active0.astype(dtype), kept_rates], axis=-1)
+    sums = jnp.zeros((L + 1, 3), dtype).at[r.reshape(-1)].add(jnp.repeat(vals, H, axis=0))
+    W0, n_on0, frozen0 = sums[:, 0], sums[:, 1].astype(jnp.int32), sums[:, 2]
     init = (p0, jnp.sum(active0).astype(jnp.int32), jnp.int32(0), active0, W0, n_on0,
             frozen0, pass_f0, bneck0, pass_l0, share0, wat0)
     max_passes = p0 + F + F // max(Bc, 1) + 2
