@@ -25,8 +25,8 @@ def window_limited_rate(routes, latency, window, *, rtt_factor: float = 2.0) -> 
     ``window`` is the bytes in flight per flow (scalar or float[F]: the congestion window, or the
     receive buffer, times the number of connections); RTT = ``rtt_factor`` x the one-way route latency
     (2 for a symmetric reverse path). Pass the result as ``rate_limit``: a 1,000 km scale-across link
-    (RTT ~ 10 ms) needs 62.5 MB in flight to fill 50 GB/s, which is why long-haul links need deep
-    buffers or many connections.
+    (RTT ~ 10 ms) needs ~500 MB in flight to fill 50 GB/s (62.5 MB gives 6.25 GB/s), which is why
+    long-haul links need deep buffers or many connections.
 
     >>> import flowmodel as fm
     >>> rate = fm.window_limited_rate([[0]], [5e-3], 62.5e6)   # 1,000 km: 5 ms one way

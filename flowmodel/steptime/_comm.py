@@ -36,7 +36,7 @@ class Congestion:
       window: bytes in flight per flow (all its paths and queue pairs together), or None for no
         window limit. A flow's rate is capped at ``window / RTT`` (RTT = twice its route latency); a
         sub-flow carrying a fraction of the flow gets that fraction of the window. This is what makes
-        a 1,000 km link (RTT 10 ms) need 62.5 MB in flight per 50 GB/s.
+        a 1,000 km link (RTT ~10 ms) need ~500 MB in flight to carry 50 GB/s.
       queueing: add each link's queueing delay (``queueing_delay``: M/M/1, bounded by the buffer) at
         the phase's mean utilisation (its bytes on the link over its bandwidth time) to the latency
         of every step.
