@@ -53,6 +53,9 @@ def test_oversubscription_defaults_to_non_blocking_and_one_ratio_serves_every_ti
         fb.Clos(tiers=3, oversubscription=(4.0,))
     with pytest.raises(ValueError, match=r"oversubscription\[0\]: must be > 0"):
         fb.Clos(tiers=3, oversubscription=-1)
+    assert fb.Clos(tiers=3, oversubscription=np.array([1, 7])).oversubscription == (1.0, 7.0)
+    with pytest.raises(ValueError, match=r"oversubscription: expected a ratio or a list of ratios, got '4'"):
+        fb.Clos(tiers=3, oversubscription="4")
 
 
 def test_meta_24k_preset_ratios_measured_from_the_graph():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 
 FIBRE_DELAY_S_PER_KM = 4.9e-6  # light in fibre: ~1,000 km is ~10 ms round trip (DOMAIN.md)
@@ -106,9 +107,12 @@ class Clos:
         ratios = self.oversubscription
         if ratios is None:  # non-blocking
             ratios = 1.0
-        if isinstance(ratios, (int, float)) and not isinstance(ratios, bool):  # one ratio for every upper tier
+        if isinstance(ratios, numbers.Real) and not isinstance(ratios, bool):  # one ratio for every upper tier
             ratios = (ratios,) * (self.tiers - 1)
-        object.__setattr__(self, "oversubscription", tuple(ratios))
+        elif isinstance(ratios, (bool, str, bytes)) or not hasattr(ratios, "__iter__"):
+            raise ValueError(f"scale_out.oversubscription: expected a ratio or a list of ratios, got {ratios!r}")
+        real = lambda x: isinstance(x, numbers.Real) and not isinstance(x, bool)  # noqa: E731 (numpy scalars too)
+        object.__setattr__(self, "oversubscription", tuple(float(x) if real(x) else x for x in ratios))
         if len(self.oversubscription) != self.tiers - 1:
             raise ValueError(f"scale_out.oversubscription: needs {self.tiers - 1} ratio(s) for {self.tiers} "
                              f"tiers, got {self.oversubscription!r}")
