@@ -30,17 +30,27 @@ MODEL = tr.Model("8b-class", layers=32, hidden=4096, ffn_hidden=14336, heads=32,
                  seq_len=8192)
 SITE = fb.Clos(tiers=2, gpus_per_leaf=16, leaves_per_pod=4, spines_per_pod=4, latency=1e-6)
 CAPACITIES = np.array([0.4e12, 1.6e12, 6.4e12]) / 8  # bytes/s for 0.4, 1.6, 6.4 Tbps
+DISTANCES = (100.0, 500.0, 1000.0, 2000.0)  # km between neighbouring sites
 WINDOWS = (None, 256e6, 64e6, 16e6)  # bytes in flight per flow
+
+
+def _fabric(sites: int, km: float, capacity: float):
+    names = [f"s{i}" for i in range(sites)]
+    fleet = fb.Fleet(sites=tuple(fb.Site(n, scale_out=SITE, scale_up=fb.ScaleUp(size=8)) for n in names),
+                     long_haul=fb.ring(names, capacity=capacity, length_km=km))
+    network, info = fb.compile_fabric(fb.build(fleet))
+    return network, info, routing.Router(info)
+
+
+def _job(sites: int, algorithm: str = "ring") -> tr.Training:
+    return tr.Training(MODEL, tr.Parallelism(tp=8, dp=8 * sites), global_batch=16 * sites, algorithm=algorithm)
 
 
 def window_rows() -> list[dict]:
     rows = []
-    for km in (100.0, 500.0, 1000.0, 2000.0):
-        fleet = fb.Fleet(sites=tuple(fb.Site(n, scale_out=SITE, scale_up=fb.ScaleUp(size=8)) for n in ("s0", "s1")),
-                         long_haul=fb.ring(["s0", "s1"], capacity=1.6e12 / 8, length_km=km))
-        network, info = fb.compile_fabric(fb.build(fleet))
-        job = tr.Training(MODEL, tr.Parallelism(tp=8, dp=16), global_batch=32)
-        plan = steptime.plan_training(job, info, routing.Router(info))
+    for km in DISTANCES:
+        network, info, router = _fabric(2, km, 1.6e12 / 8)
+        plan = steptime.plan_training(_job(2), info, router)
         for window in WINDOWS:
             congestion = None if window is None else steptime.Congestion(window=window)
             t = steptime.step_time(plan, network, alpha=2e-6, congestion=congestion).step_time
@@ -54,17 +64,11 @@ def main() -> None:
     args = ap.parse_args()
     rows = []
     for sites in (2, 3, 5):
-        for km in (100.0, 500.0, 1000.0, 2000.0):
-            names = [f"s{i}" for i in range(sites)]
-            fleet = fb.Fleet(sites=tuple(fb.Site(n, scale_out=SITE, scale_up=fb.ScaleUp(size=8)) for n in names),
-                             long_haul=fb.ring(names, capacity=CAPACITIES[0], length_km=km))
-            network, info = fb.compile_fabric(fb.build(fleet))
-            router = routing.Router(info)
+        for km in DISTANCES:
+            network, info, router = _fabric(sites, km, CAPACITIES[0])
             groups = [g.name for g in info.groups.values() if g.name.startswith("long_haul/")]
             for algorithm in ("ring", "tree"):
-                job = tr.Training(MODEL, tr.Parallelism(tp=8, dp=8 * sites), global_batch=16 * sites,
-                                  algorithm=algorithm)
-                plan = steptime.plan_training(job, info, router)
+                plan = steptime.plan_training(_job(sites, algorithm), info, router)
                 table = sweep.sweep(lambda p: {"step_time_s": steptime.step_time(
                     plan, fb.apply_groups(network, info, {g: p["capacity"] for g in groups}), alpha=2e-6).step_time},
                     {"capacity": CAPACITIES})
@@ -73,14 +77,14 @@ def main() -> None:
                                  "step_time_s": float(t)})
     print(f"\n{'sites':>5} {'km':>6} {'alg':>5} " + " ".join(f"{c * 8 / 1e12:>7.1f}T" for c in CAPACITIES))
     for sites in (2, 3, 5):
-        for km in (100.0, 500.0, 1000.0, 2000.0):
+        for km in DISTANCES:
             for algorithm in ("ring", "tree"):
                 ts = [r["step_time_s"] for r in rows if (r["sites"], r["km"], r["algorithm"]) == (sites, km, algorithm)]
                 print(f"{sites:>5} {km:>6.0f} {algorithm:>5} " + " ".join(f"{t:>8.3f}" for t in ts))
     windows = window_rows()
     print("\n2 sites, ring, 1.6 Tbps: step time (s) with a window of bytes in flight per flow")
     print(f"{'km':>6} " + " ".join(f"{'none' if w is None else f'{w / 1e6:.0f} MB':>8}" for w in WINDOWS))
-    for km in (100.0, 500.0, 1000.0, 2000.0):
+    for km in DISTANCES:
         print(f"{km:>6.0f} " + " ".join(f"{r['step_time_s']:>8.3f}" for r in windows if r["km"] == km))
     write_json_atomic(os.path.join(args.out, "result.json"), {"capacity_sweep": rows, "windows": windows})
     plt = new_figure()

@@ -6,6 +6,10 @@ import numpy as np
 from conftest import random_instance
 
 import flowmodel as fm
+from flowmodel import fabric as fb
+from flowmodel import routing as rt
+from flowmodel import steptime as st
+from flowmodel import traffic as tr
 
 
 def test_window_limited_rate_long_haul():
@@ -63,17 +67,12 @@ def test_route_latency_and_rtt_weights():
 
 # --- the step-time switch: steptime.Congestion ---------------------------------------------------
 
-from flowmodel import fabric as fb  # noqa: E402
-from flowmodel import routing as rt  # noqa: E402
-from flowmodel import steptime as st  # noqa: E402
-from flowmodel import traffic as tr  # noqa: E402
 
-
-def _two_sites(km=1000.0):
+def _two_sites():
     clos = fb.Clos(tiers=2, gpus_per_leaf=2, leaves_per_pod=1, spines_per_pod=1)  # 2 GPUs per site
     fleet = fb.Fleet(sites=(fb.Site("a", scale_up=fb.ScaleUp(size=2), scale_out=clos),
                             fb.Site("b", scale_up=fb.ScaleUp(size=2), scale_out=clos)),
-                     long_haul=(fb.LongHaul("a", "b", capacity=100e9, length_km=km),))
+                     long_haul=(fb.LongHaul("a", "b", capacity=100e9, length_km=1000.0),))
     network, info = fb.compile_fabric(fb.build(fleet))
     return network, info, rt.Router(info)
 
