@@ -7,9 +7,11 @@ finishes when its last byte has been sent.
 
 Event loop. Each event advances to the earlier of the next activation and the next completion under
 the current rates. Flows whose completion times agree to 1e-12 relative complete in the same event, so
-the equal flows of a collective cost one event. After completions only the levels at or above the
-smallest completed level are re-filled: every flow frozen below it keeps its rate (the completed flows
-crossed none of their bottlenecks). After activations the rates are re-solved in full.
+the equal flows of a collective cost one event. After completions the water-filling resumes at the
+earliest pass in which a completed flow froze: the completed flows crossed no bottleneck of an earlier
+pass, so every earlier decision stands. The per-link state at that pass comes from a snapshot the
+earlier solve recorded (less the flows completed since), so an event costs O(L) plus its passes, not
+O(F x H). After activations the rates are re-solved in full.
 
 Differentiation. A custom VJP runs the adjoint of the event recursion backwards: completion event
 times solve ``sum_k x_d^k (t_{k+1} - t_k) = size_d`` for the flow d that defines them, activation
@@ -28,7 +30,22 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _checks
-from ._maxmin import MaxMinStructure, _adjoint, _prepare, _solve, _solve_sparse, link_members, pass_window
+from ._maxmin import (
+    MaxMinStructure,
+    Snapshots,
+    _adjoint,
+    _link_sums,
+    _prepare,
+    _solve,
+    _solve_sparse,
+    fill,
+    fill_result,
+    fill_resume,
+    fill_start,
+    link_members,
+    pass_window,
+    sparse_tables,
+)
 from ._types import Array, Float, Int
 
 _TIE = 1e-12  # completions within this relative gap count as one event
@@ -36,6 +53,10 @@ _TIE = 1e-12  # completions within this relative gap count as one event
 # cost less than the extra passes they cause (k=8 fat-tree, 10K distinct finishes: 8 is 1.6x faster
 # than 16 and 16 ~3x faster than 64; the 24K-GPU training step is within noise of 16).
 _CANDIDATES = 8
+# Snapshot rows: a solve's passes rarely exceed a few hundred; the table stays <= 4 MB (float64)
+# per simulation, as vmapped sweeps hold one per point.
+_SNAPSHOT_ROWS = 256
+_SNAPSHOT_BUDGET = 1 << 19  # elements of the snapshot table [S, L+1, 3]
 
 
 class Events(NamedTuple):
@@ -57,11 +78,61 @@ class Events(NamedTuple):
     count: Array
 
 
-def _rates(routes, members, capacity, weights, rate_limit, present, keep, prev, has_caps):
-    if members is None:  # traced routes: the dense solve, always in full
+def _rates(routes, members, capacity, weights, rate_limit, present, has_caps):
+    """Max-min rates of the ``present`` flows, solved in full (the backward pass replays each interval)."""
+    if members is None:  # traced routes: the dense solve
         return _solve(routes, capacity, weights, rate_limit, present)
     return _solve_sparse(routes, members, capacity, weights, rate_limit, candidates=_CANDIDATES,
-                         has_caps=has_caps, present=present, keep=keep, prev=prev)
+                         has_caps=has_caps, present=present)
+
+
+class _Refill(NamedTuple):
+    """What the event loop carries between sparse solves to re-fill only what a completion changed."""
+
+    structure: MaxMinStructure
+    restart: Array     # int32[]  first pass to re-fill; -1: solve from scratch (after activations)
+    removed: Array     # [L+1, 2] per-link weight and count of every completed flow
+    snaps: Snapshots
+
+
+def _snapshot_rows(F, L):
+    """Passes with a snapshot (later ones resume by a full re-count, which is just slower)."""
+    return max(1, min(_SNAPSHOT_ROWS, F + F // max(min(_CANDIDATES, F), 1) + 2, _SNAPSHOT_BUDGET // (3 * (L + 1))))
+
+
+def _refill_rates(t, active, rf: _Refill):
+    """Rates of the ``active`` flows, re-filling from ``rf.restart`` (from a snapshot when there is one)."""
+    S = rf.snaps.ptr.shape[0]
+    branches = [
+        lambda: fill_start(t, active),
+        lambda: fill_resume(t, active, rf.structure, rf.restart, rf.snaps, rf.removed),
+        lambda: fill_start(t, active, rf.structure, rf.restart),
+    ]
+    which = jnp.where(rf.restart < 0, 0, jnp.where(rf.restart < S, 1, 2))
+    s0 = jax.lax.switch(which, branches)
+    st, snaps = fill(t, s0, candidates=_CANDIDATES, snaps=rf.snaps, removed=rf.removed)
+    rates, structure = fill_result(t, st, active)
+    return rates, rf._replace(structure=structure, snaps=snaps)
+
+
+def _after_event(t, rf: _Refill, completing, arriving):
+    """Record the completed flows' removal and where the next solve must start."""
+    H = t.r.shape[1]
+
+    def one():  # the usual case: one flow completes, a scatter over its own hops
+        f = jnp.argmax(completing)
+        vals = jnp.stack([jnp.broadcast_to(t.w[f], (H,)), jnp.ones(H, t.w.dtype)], axis=-1)
+        return rf.removed.at[t.r[f]].add(vals)
+
+    def many():  # a collective's equal flows complete together: one scatter over every flow
+        done = jnp.append(completing, False)
+        return rf.removed + _link_sums(t, jnp.where(done, t.w, 0), done.astype(t.w.dtype), jnp.zeros_like(t.w))[:, :2]
+
+    removed = jax.lax.cond(jnp.sum(completing) == 1, one, many)
+    # the completed flows crossed no bottleneck of a pass before their own: those passes stand
+    first_pass = jnp.min(jnp.where(completing, rf.structure.pass_of_flow, jnp.iinfo(jnp.int32).max))
+    restart = jnp.where(jnp.any(arriving), -1, first_pass).astype(jnp.int32)
+    return rf._replace(restart=restart, removed=removed)
 
 
 def _simulate(routes, members, sizes, capacity, weights, rate_limit, start_times, latency, has_caps):
@@ -69,28 +140,30 @@ def _simulate(routes, members, sizes, capacity, weights, rate_limit, start_times
     L = capacity.shape[0]
     dtype = capacity.dtype
     max_events = 2 * F + 1  # every event activates or completes at least one flow
-    margin = max(1e-9, 1e3 * float(jnp.finfo(dtype).eps))
     lat = jnp.concatenate([latency, jnp.zeros((1,), dtype)])
     arrival = start_times + jnp.sum(lat[jnp.where(routes < 0, L, routes)], axis=1)
+    sparse = members is not None
+    if sparse:
+        t = sparse_tables(routes, members, capacity, weights, rate_limit, candidates=_CANDIDATES, has_caps=has_caps)
 
     def body(state):
-        k, t, remaining, arrived, done, finish, rates, st, refill, ev = state
+        k, t_now, remaining, arrived, done, finish, rf, ev = state
         active = arrived & ~done
-        level = rates / weights
-        # re-filling more than needed is always exact; the margin keeps rounding-level ties out
-        keep = active & (level < refill * (1 - margin))
-        rates, st = _rates(routes, members, capacity, weights, rate_limit, active, keep, st, has_caps)
+        if sparse:
+            rates, rf = _refill_rates(t, active, rf)
+        else:  # traced routes: the dense solve, always in full
+            rates, _ = _solve(routes, capacity, weights, rate_limit, active)
         tau = jnp.where(active, remaining / jnp.where(active, rates, 1), jnp.inf)
         tau_min = jnp.min(tau)
         t_arrive = jnp.min(jnp.where(arrived, jnp.inf, arrival))
-        by_completion = t + tau_min <= t_arrive
-        t_next = jnp.where(by_completion, t + tau_min, t_arrive)
+        by_completion = t_now + tau_min <= t_arrive
+        t_next = jnp.where(by_completion, t_now + tau_min, t_arrive)
         # ties: relative, and absolute at the clock's resolution (finishes closer than a few ulps of t
         # cannot be told apart, and leaving one behind would drive its remaining bytes negative)
         resolution = 4 * jnp.finfo(dtype).eps * jnp.abs(t_next)
         completing = active & (tau <= tau_min * (1 + _TIE) + resolution) & by_completion
         arriving = ~arrived & (arrival <= t_next)
-        left = jnp.maximum(remaining - rates * (t_next - t), 0)  # rounding never leaves a negative remainder
+        left = jnp.maximum(remaining - rates * (t_next - t_now), 0)  # rounding never leaves a negative remainder
         remaining = jnp.where(completing, 0, jnp.where(active, left, remaining))
         finish = jnp.where(completing, t_next, finish)
         cause = jnp.where(by_completion, jnp.argmax(completing), jnp.argmax(arriving)).astype(jnp.int32)
@@ -102,9 +175,9 @@ def _simulate(routes, members, sizes, capacity, weights, rate_limit, start_times
             last=jnp.where(completing, k + 1, ev.last),
             count=k + 2,
         )
-        min_done_level = jnp.min(jnp.where(completing, rates / weights, jnp.inf))
-        refill = jnp.where(jnp.any(arriving), -jnp.inf, min_done_level)
-        return k + 1, t_next, remaining, arrived | arriving, done | completing, finish, rates, st, refill, ev
+        if sparse:
+            rf = _after_event(t, rf, completing, arriving)
+        return k + 1, t_next, remaining, arrived | arriving, done | completing, finish, rf, ev
 
     t0 = jnp.min(arrival)
     arrived0 = arrival <= t0
@@ -116,15 +189,21 @@ def _simulate(routes, members, sizes, capacity, weights, rate_limit, start_times
         last=jnp.full(F, -1, jnp.int32),
         count=jnp.int32(1),
     )
-    rates0 = jnp.zeros(F, dtype)
-    st0 = MaxMinStructure(  # nothing solved yet: the first event re-fills everything
-        pass_of_flow=jnp.full(F, -1, jnp.int32), bottleneck=jnp.full(F, L, jnp.int32),
-        pass_of_link=jnp.full(L + 1, -1, jnp.int32), share=jnp.full(L + 1, jnp.inf, dtype),
-        weight_at=jnp.zeros(L + 1, dtype), num_passes=jnp.int32(0))
-    init = (jnp.int32(0), t0, sizes, arrived0, jnp.zeros(F, bool), jnp.full(F, jnp.inf, dtype), rates0, st0,
-            jnp.asarray(-jnp.inf, dtype), ev0)
+    rf0 = None
+    if sparse:
+        S = _snapshot_rows(F, L)
+        rf0 = _Refill(
+            structure=MaxMinStructure(  # nothing solved yet: the first event fills from scratch
+                pass_of_flow=jnp.full(F, -1, jnp.int32), bottleneck=jnp.full(F, L, jnp.int32),
+                pass_of_link=jnp.full(L + 1, -1, jnp.int32), share=jnp.full(L + 1, jnp.inf, dtype),
+                weight_at=jnp.zeros(L + 1, dtype), num_passes=jnp.int32(0)),
+            restart=jnp.int32(-1),
+            removed=jnp.zeros((L + 1, 2), dtype),
+            snaps=Snapshots(jnp.zeros((S, L + 1, 3), dtype), jnp.zeros(S, jnp.int32)),
+        )
+    init = (jnp.int32(0), t0, sizes, arrived0, jnp.zeros(F, bool), jnp.full(F, jnp.inf, dtype), rf0, ev0)
     state = jax.lax.while_loop(lambda s: ~jnp.all(s[4]) & (s[0] < max_events), body, init)
-    finish, ev = state[5], state[9]
+    finish, ev = state[5], state[7]
     finish = eqx.error_if(finish, ~jnp.all(state[4]),
                           "completion_times: event bound 2F+1 exceeded (a flow never completed)")
     return finish, ev
@@ -153,7 +232,7 @@ def _finish_bwd(has_caps, res, finish_bar):
     def body(state):
         k, t_bar, mu, size_bar, cap_bar, w_bar, lim_bar = state
         active = (ev.first <= k) & (ev.first >= 0) & (k < ev.last)
-        rates, st = _rates(routes, members, capacity, weights, rate_limit, active, None, None, has_caps)
+        rates, st = _rates(routes, members, capacity, weights, rate_limit, active, has_caps)
         dt = ev.time[k + 1] - ev.time[k]
         # flows that continue past event k+1 read t_{k+1} through x_d^k (t_{k+1} - t_k)
         t_bar = t_bar.at[k + 1].add(jnp.sum(jnp.where(active & (ev.last > k + 1), mu * rates, 0)))

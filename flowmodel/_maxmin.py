@@ -144,49 +144,163 @@ def _link_members(routes: np.ndarray, num_links: int) -> np.ndarray:
     return members
 
 
-def _solve_sparse(routes, members, capacity, weights, rate_limit, *, candidates: int, has_caps: bool,
-                  present=None, keep=None, prev: MaxMinStructure | None = None):
-    """Forward water-filling that touches only a few links per pass (same result as ``_solve``).
+class SparseTables(NamedTuple):
+    """What every pass of the sparse solve reads; built once per instance (a dummy flow F and link L pad)."""
 
-    Each pass takes the ``candidates`` links with the smallest fair shares, checks which of them are
-    local bottlenecks by reading only their own flows, and freezes those. The global minimum is always
-    among them, so every pass makes progress; the per-pass work is O(candidates x degree x H) instead
-    of O(F x H). Per-flow caps are found through a window over the flows sorted by cap level.
+    r: Array           # int32[F+1, H]  links of each route, -1 -> L; row F (the dummy flow) crosses only L
+    w: Array           # [F+1]          weights, 0 for the dummy flow
+    cap: Array         # [L+1]          capacity, inf for the dummy link
+    cap_level: Array   # [F+1]          rate_limit / weight, inf for the dummy flow
+    rate_limit: Array  # [F]
+    empty: Array       # bool[F+1]      flows with an empty route (they take their cap and touch no link)
+    members: Array     # int32[L+1, D]  flows of each link, padded with F
+    cap_order: Array | None  # int32[F+Bc]  flows by cap level, then Bc dummies; None without caps
 
-    ``present`` (bool[F]) restricts the solve to a subset of flows; the others get rate 0.
-    ``keep`` (bool[F]) with ``prev`` re-fills only part of a previous solve: kept flows keep their
-    rates and bottlenecks, which is exact when every kept flow's level is below every re-filled one
-    (e.g. after flows complete, keep the flows below the smallest completed level).
+
+class FillState(NamedTuple):
+    """Progressive filling between passes (per link: weight and count of unfrozen flows, frozen rate)."""
+
+    p: Array           # int32[]       next pass
+    n_active: Array    # int32[]       flows still to freeze
+    ptr: Array         # int32[]       start of the cap window in ``cap_order``
+    active: Array      # bool[F+1]
+    acc: Array         # [L+1, 3]      per link: sum of unfrozen weights, their count, sum of frozen rates
+    pass_f: Array      # int32[F+1]
+    bneck: Array       # int32[F+1]
+    pass_l: Array      # int32[L+1]
+    share: Array       # [L+1]
+    wat: Array         # [L+1]
+
+
+class Snapshots(NamedTuple):
+    """The filling state at the start of each of the first S passes, to resume a solve there.
+
+    rows[p] holds ``acc`` plus the per-link weight and count of the flows removed (completed) before
+    it was written, so that ``rows[p] - removed_now`` is the state at pass p without every flow
+    removed since; ptr[p] is the cap window's start.
     """
+
+    rows: Array        # [S, L+1, 3]
+    ptr: Array         # int32[S]
+
+
+def sparse_tables(routes, members, capacity, weights, rate_limit, *, candidates: int, has_caps: bool):
     F, H = routes.shape
     L = capacity.shape[0]
     dtype = capacity.dtype
-    B = max(min(candidates, L + 1), 2)
-    r = jnp.concatenate([jnp.where(routes < 0, L, routes), jnp.full((1, H), L, routes.dtype)])  # row F: dummy
-    cap = jnp.concatenate([capacity, jnp.full((1,), jnp.inf, dtype)])
-    w = jnp.concatenate([weights, jnp.zeros((1,), dtype)])
     cap_level = jnp.concatenate([rate_limit / weights, jnp.full((1,), jnp.inf, dtype)])
-    empty = jnp.concatenate([jnp.all(routes < 0, axis=1), jnp.zeros((1,), bool)])
-    Bc = min(candidates, F)
+    cap_order = None
     if has_caps:
+        Bc = min(candidates, F)
         cap_order = jnp.concatenate([jnp.argsort(cap_level[:F]).astype(jnp.int32), jnp.full((Bc,), F, jnp.int32)])
+    return SparseTables(
+        r=jnp.concatenate([jnp.where(routes < 0, L, routes), jnp.full((1, H), L, routes.dtype)]),
+        w=jnp.concatenate([weights, jnp.zeros((1,), dtype)]),
+        cap=jnp.concatenate([capacity, jnp.full((1,), jnp.inf, dtype)]),
+        cap_level=cap_level,
+        rate_limit=rate_limit,
+        empty=jnp.concatenate([jnp.all(routes < 0, axis=1), jnp.zeros((1,), bool)]),
+        members=members,
+        cap_order=cap_order,
+    )
 
-    def release(W, n_on, frozen, flows, rate, mask):  # masked flows leave W and n_on, add rate to frozen
-        links = r[flows].reshape(-1)
+
+def _link_sums(t: SparseTables, weight, count, rate):
+    """[L+1, 3] per-link sums of per-flow (weight, count, rate) over every hop, in one scatter."""
+    H = t.r.shape[1]
+    vals = jnp.stack([weight, count, rate], axis=-1)
+    return jnp.zeros((t.cap.shape[0], 3), vals.dtype).at[t.r.reshape(-1)].add(jnp.repeat(vals, H, axis=0))
+
+
+def fill_start(t: SparseTables, present, prev: MaxMinStructure | None = None, restart=0) -> FillState:
+    """The filling state before pass ``restart``: from scratch, or resuming ``prev`` there.
+
+    Resuming keeps every flow and link that ``prev`` froze in an earlier pass. That is exact when no flow
+    frozen before ``restart`` changed and no flow was added: e.g. after flows complete, with ``restart``
+    the earliest pass among them (they crossed no bottleneck of an earlier pass, so every earlier
+    decision stands and the other shares only grow).
+    """
+    F = t.w.shape[0] - 1
+    L = t.cap.shape[0] - 1
+    dtype = t.cap.dtype
+    present = jnp.append(present, False)
+    if prev is None:
+        keep = jnp.zeros(F + 1, bool)
+        pass_f0 = jnp.where(t.empty, 0, -1).astype(jnp.int32)
+        bneck0 = jnp.full(F + 1, L, jnp.int32)
+        pass_l0, share0, wat0 = jnp.full(L + 1, -1, jnp.int32), jnp.full(L + 1, jnp.inf, dtype), jnp.zeros(L + 1, dtype)
+        kept_rates = jnp.zeros(F + 1, dtype)
+        restart = jnp.int32(0)
+    else:
+        pass_f0, bneck0, pass_l0, share0, wat0 = _resumed(prev, present, restart, t.empty, L)
+        keep = present & (pass_f0 < restart) & (pass_f0 >= 0)
+        kept_rates = jnp.where(keep, jnp.where(bneck0 == L, jnp.append(t.rate_limit, 0), t.w * share0[bneck0]), 0)
+    active0 = present & ~t.empty & ~keep
+    acc = _link_sums(t, jnp.where(active0, t.w, 0), active0.astype(dtype), kept_rates)
+    return FillState(jnp.asarray(restart, jnp.int32), jnp.sum(active0, dtype=jnp.int32), jnp.int32(0), active0, acc,
+                     pass_f0, bneck0, pass_l0, share0, wat0)
+
+
+def _resumed(prev: MaxMinStructure, present, restart, empty, L):
+    """Per-flow and per-link structure kept when ``prev`` is resumed at pass ``restart``."""
+    pass_f = jnp.append(prev.pass_of_flow, -1)
+    keep = present & (pass_f < restart) & (pass_f >= 0)
+    pass_f0 = jnp.where(keep, pass_f, jnp.where(empty, restart, -1)).astype(jnp.int32)
+    bneck0 = jnp.where(keep, jnp.append(prev.bottleneck, L), L)
+    kept_link = (prev.pass_of_link >= 0) & (prev.pass_of_link < restart)
+    return (pass_f0, bneck0, jnp.where(kept_link, prev.pass_of_link, -1),
+            jnp.where(kept_link, prev.share, jnp.inf), jnp.where(kept_link, prev.weight_at, 0))
+
+
+def fill_resume(t: SparseTables, present, prev: MaxMinStructure, restart, snaps: Snapshots, removed) -> FillState:
+    """``fill_start(t, present, prev, restart)`` from a snapshot: O(L) instead of O(F x H).
+
+    ``removed`` [L+1, 2] is the per-link weight and count of every flow removed so far (``Snapshots``);
+    valid when ``restart`` < S and the snapshot was written by the last solve that reached it.
+    """
+    L = t.cap.shape[0] - 1
+    present = jnp.append(present, False)
+    pass_f0, bneck0, pass_l0, share0, wat0 = _resumed(prev, present, restart, t.empty, L)
+    keep = present & (pass_f0 < restart) & (pass_f0 >= 0)
+    active0 = present & ~t.empty & ~keep
+    acc = snaps.rows[restart] - jnp.concatenate([removed, jnp.zeros((L + 1, 1), removed.dtype)], axis=1)
+    return FillState(jnp.asarray(restart, jnp.int32), jnp.sum(active0, dtype=jnp.int32), snaps.ptr[restart], active0,
+                     acc, pass_f0, bneck0, pass_l0, share0, wat0)
+
+
+def fill(t: SparseTables, s0: FillState, *, candidates: int, snaps: Snapshots | None = None, removed=None):
+    """Run passes until every flow is frozen; each pass takes the ``candidates`` links with the smallest
+    fair shares, checks which of them are local bottlenecks by reading only their own flows, and freezes
+    those. The global minimum is always among them, so every pass makes progress; the per-pass work is
+    O(candidates x degree x H) instead of O(F x H). Per-flow caps are found through a window over the
+    flows sorted by cap level. With ``snaps``, each pass below S first records its starting state.
+    """
+    F = t.w.shape[0] - 1
+    L = t.cap.shape[0] - 1
+    dtype = t.cap.dtype
+    B = max(min(candidates, L + 1), 2)
+    Bc = min(candidates, F)
+    r, w, members, cap_level = t.r, t.w, t.members, t.cap_level
+    if snaps is not None:
+        stamp = jnp.concatenate([removed, jnp.zeros((L + 1, 1), dtype)], axis=1)
+
+    def release(acc, flows, rate, mask):  # masked flows leave W and the count, add rate to frozen
         vals = jnp.stack([jnp.where(mask, -w[flows], 0), jnp.where(mask, -1, 0).astype(dtype),
                           jnp.where(mask, rate, 0)], axis=-1)
         vals = jnp.broadcast_to(vals[..., None, :], r[flows].shape + (3,)).reshape(-1, 3)
-        delta = jnp.zeros((L + 1, 3), dtype).at[links].add(vals)  # one scatter for all three sums
-        return W + delta[:, 0], n_on + delta[:, 1].astype(jnp.int32), frozen + delta[:, 2]
+        return acc.at[r[flows].reshape(-1)].add(vals)  # one scatter for all three sums
 
     def flow_level(flows, s):
         return jnp.minimum(jnp.min(s[r[flows]], axis=-1), cap_level[flows])
 
-    def body(state):
-        p, n_active, ptr, active, W, n_on, frozen, pass_f, bneck, pass_l, share, wat = state
-        W_start = W
+    def body(carry):
+        st, sn = carry
+        p, n_active, ptr, active, acc, pass_f, bneck, pass_l, share, wat = st
+        if sn is not None:
+            sn = Snapshots(sn.rows.at[p].set(acc + stamp, mode="drop"), sn.ptr.at[p].set(ptr, mode="drop"))
+        W_start, n_on = acc[:, 0], acc[:, 1]
         # W drifts by rounding as flows leave; the exact per-link flow count says which links are live
-        s = jnp.where(n_on > 0, _safe_div(jnp.maximum(cap - frozen, 0), W), jnp.inf).at[L].set(jnp.inf)
+        s = jnp.where(n_on > 0.5, _safe_div(jnp.maximum(t.cap - acc[:, 2], 0), W_start), jnp.inf).at[L].set(jnp.inf)
         # top_k has a fast path for float32 only; rounding may reorder near-ties, so the exact
         # minimum (always a local bottleneck, hence progress) is added explicitly.
         _, near = jax.lax.top_k(-s.astype(jnp.float32), B - 1)
@@ -195,7 +309,7 @@ def _solve_sparse(routes, members, capacity, weights, rate_limit, *, candidates:
         fl = members[cand]  # [B, D]
         act = active[fl]
         cmin = jnp.min(jnp.where(act, flow_level(fl, s), jnp.inf), axis=1)
-        is_b = (s[cand] <= cmin) & (n_on[cand] > 0)
+        is_b = (s[cand] <= cmin) & (n_on[cand] > 0.5)
         bmask = jnp.zeros(L + 2, bool).at[cand].set(is_b)[: L + 1].at[L].set(False)
         # a flow on several bottlenecks of this pass is charged to the lowest-index one
         desig = jnp.min(jnp.where(bmask[r[fl]], r[fl], L + 1), axis=-1)
@@ -204,18 +318,18 @@ def _solve_sparse(routes, members, capacity, weights, rate_limit, *, candidates:
         freeze_f = jnp.where(sel, fl, F)
         pass_f = pass_f.at[freeze_f].set(p)
         bneck = bneck.at[freeze_f].set(jnp.broadcast_to(cand[:, None], fl.shape))
-        W, n_on, frozen = release(W, n_on, frozen, fl, slot_rate, sel)
+        acc = release(acc, fl, slot_rate, sel)
         new_active = active.at[freeze_f].set(False)
         # each frozen flow is selected once (in its designated bottleneck's row; the dummy row is empty)
         n_active = n_active - jnp.sum(sel, dtype=jnp.int32)
-        if has_caps:
-            cw = jax.lax.dynamic_slice(cap_order, (ptr,), (Bc,))
+        if t.cap_order is not None:
+            cw = jax.lax.dynamic_slice(t.cap_order, (ptr,), (Bc,))
             cfree = active[cw] & (cap_level[cw] <= flow_level(cw, s)) & ~jnp.any(bmask[r[cw]], axis=-1)
             cfree_f = jnp.where(cfree, cw, F)
             crate = w[cw] * cap_level[cw]
             pass_f = pass_f.at[cfree_f].set(p)
             bneck = bneck.at[cfree_f].set(L)
-            W, n_on, frozen = release(W, n_on, frozen, cw, crate, cfree)
+            acc = release(acc, cw, crate, cfree)
             new_active = new_active.at[cfree_f].set(False)
             n_active = n_active - jnp.sum(cfree, dtype=jnp.int32)  # cap window entries are distinct flows
             done = ~new_active[cw]
@@ -224,42 +338,36 @@ def _solve_sparse(routes, members, capacity, weights, rate_limit, *, candidates:
         pass_l = jnp.where(new_link, p, pass_l)
         share = jnp.where(new_link, s, share)
         wat = jnp.where(new_link, W_start, wat)
-        return (p + 1, n_active, ptr, new_active, W, n_on, frozen,
-                pass_f, bneck, pass_l, share, wat)
+        return FillState(p + 1, n_active, ptr, new_active, acc, pass_f, bneck, pass_l, share, wat), sn
 
-    ext = lambda x, fill: jnp.concatenate([x, jnp.full((1,), fill, x.dtype)])  # noqa: E731
-    present = ext(jnp.ones(F, bool) if present is None else present, False)
-    if keep is None:
-        keep = jnp.zeros(F + 1, bool)
-        p0 = jnp.int32(0)
-        pass_f0 = jnp.where(empty, 0, -1).astype(jnp.int32)
-        bneck0 = jnp.full(F + 1, L, jnp.int32)
-        pass_l0, share0, wat0 = jnp.full(L + 1, -1, jnp.int32), jnp.full(L + 1, jnp.inf, dtype), jnp.zeros(L + 1, dtype)
-        kept_rates = jnp.zeros(F + 1, dtype)
-    else:
-        keep = ext(keep, False) & present
-        p0 = prev.num_passes
-        pass_f0 = jnp.where(keep, ext(prev.pass_of_flow, -1), jnp.where(empty, p0, -1))
-        bneck0 = jnp.where(keep, ext(prev.bottleneck, L), L)
-        kept_link = jnp.zeros(L + 2, bool).at[jnp.where(keep, bneck0, L + 1)].set(True)[: L + 1].at[L].set(False)
-        pass_l0 = jnp.where(kept_link, prev.pass_of_link, -1)
-        share0 = jnp.where(kept_link, prev.share, jnp.inf)
-        wat0 = jnp.where(kept_link, prev.weight_at, 0)
-        kept_rates = jnp.where(keep, jnp.where(bneck0 == L, ext(rate_limit, 0), w * share0[bneck0]), 0)
-    active0 = present & ~empty & ~keep
-    # per link: weight and count of the flows to fill, rate of the kept ones; one scatter for all three
-    vals = jnp.stack([jnp.where(active0, w, 0), active0.astype(dtype), kept_rates], axis=-1)
-    sums = jnp.zeros((L + 1, 3), dtype).at[r.reshape(-1)].add(jnp.repeat(vals, H, axis=0))
-    W0, n_on0, frozen0 = sums[:, 0], sums[:, 1].astype(jnp.int32), sums[:, 2]
-    init = (p0, jnp.sum(active0).astype(jnp.int32), jnp.int32(0), active0, W0, n_on0,
-            frozen0, pass_f0, bneck0, pass_l0, share0, wat0)
-    max_passes = p0 + F + F // max(Bc, 1) + 2
-    state = jax.lax.while_loop(lambda st: (st[1] > 0) & (st[0] < max_passes), body, init)
-    p, n_left, _, _, _, _, _, pass_f, bneck, pass_l, share, wat = state
-    share = eqx.error_if(share, n_left > 0, _NO_PROGRESS)
-    pass_f, bneck = pass_f[:F], jnp.where(present[:F], bneck[:F], L)
-    rates = jnp.where(bneck == L, rate_limit, weights * share[bneck])  # share[L] = inf for unbounded flows
-    return jnp.where(present[:F], rates, 0), MaxMinStructure(pass_f, bneck, pass_l, share, wat, p)
+    max_passes = s0.p + F + F // max(Bc, 1) + 2
+    st, snaps = jax.lax.while_loop(lambda c: (c[0].n_active > 0) & (c[0].p < max_passes), body, (s0, snaps))
+    st = st._replace(share=eqx.error_if(st.share, st.n_active > 0, _NO_PROGRESS))
+    return st, snaps
+
+
+def fill_result(t: SparseTables, st: FillState, present=None):
+    """(rates, MaxMinStructure) of a finished fill; flows not ``present`` get rate 0."""
+    F = t.w.shape[0] - 1
+    L = t.cap.shape[0] - 1
+    pass_f, bneck = st.pass_f[:F], st.bneck[:F]
+    if present is not None:
+        bneck = jnp.where(present, bneck, L)
+    rates = jnp.where(bneck == L, t.rate_limit, t.w[:F] * st.share[bneck])  # share[L] = inf for unbounded flows
+    if present is not None:
+        rates = jnp.where(present, rates, 0)
+    return rates, MaxMinStructure(pass_f, bneck, st.pass_l, st.share, st.wat, st.p)
+
+
+def _solve_sparse(routes, members, capacity, weights, rate_limit, *, candidates: int, has_caps: bool, present=None):
+    """Forward water-filling that touches only a few links per pass (same result as ``_solve``); see ``fill``.
+
+    ``present`` (bool[F]) restricts the solve to a subset of flows; the others get rate 0.
+    """
+    t = sparse_tables(routes, members, capacity, weights, rate_limit, candidates=candidates, has_caps=has_caps)
+    pres = jnp.ones(routes.shape[0], bool) if present is None else present
+    st, _ = fill(t, fill_start(t, pres), candidates=candidates)
+    return fill_result(t, st, present)
 
 
 def _forward(routes, members, capacity, weights, rate_limit, candidates, has_caps):
