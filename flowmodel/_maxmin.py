@@ -281,6 +281,7 @@ def fill(t: SparseTables, s0: FillState, *, candidates: int, snaps: Snapshots | 
     B = max(min(candidates, L + 1), 2)
     Bc = min(candidates, F)
     r, w, members, cap_level = t.r, t.w, t.members, t.cap_level
+    link_ids = jnp.arange(L + 1)
     if snaps is not None:
         stamp = jnp.concatenate([removed, jnp.zeros((L + 1, 1), dtype)], axis=1)
 
@@ -300,7 +301,8 @@ def fill(t: SparseTables, s0: FillState, *, candidates: int, snaps: Snapshots | 
             sn = Snapshots(sn.rows.at[p].set(acc + stamp, mode="drop"), sn.ptr.at[p].set(ptr, mode="drop"))
         W_start, n_on = acc[:, 0], acc[:, 1]
         # W drifts by rounding as flows leave; the exact per-link flow count says which links are live
-        s = jnp.where(n_on > 0.5, _safe_div(jnp.maximum(t.cap - acc[:, 2], 0), W_start), jnp.inf).at[L].set(jnp.inf)
+        live = (n_on > 0.5) & (link_ids < L)  # elementwise masks fuse; .at[].set would be a scatter
+        s = jnp.where(live, _safe_div(jnp.maximum(t.cap - acc[:, 2], 0), W_start), jnp.inf)
         # top_k has a fast path for float32 only; rounding may reorder near-ties, so the exact
         # minimum (always a local bottleneck, hence progress) is added explicitly.
         _, near = jax.lax.top_k(-s.astype(jnp.float32), B - 1)
@@ -310,7 +312,7 @@ def fill(t: SparseTables, s0: FillState, *, candidates: int, snaps: Snapshots | 
         act = active[fl]
         cmin = jnp.min(jnp.where(act, flow_level(fl, s), jnp.inf), axis=1)
         is_b = (s[cand] <= cmin) & (n_on[cand] > 0.5)
-        bmask = jnp.zeros(L + 2, bool).at[cand].set(is_b)[: L + 1].at[L].set(False)
+        bmask = jnp.any((link_ids[:, None] == cand[None, :]) & is_b[None, :], axis=1) & (link_ids < L)
         # a flow on several bottlenecks of this pass is charged to the lowest-index one
         desig = jnp.min(jnp.where(bmask[r[fl]], r[fl], L + 1), axis=-1)
         sel = is_b[:, None] & act & (desig == cand[:, None])
