@@ -312,7 +312,7 @@ def fill(t: SparseTables, s0: FillState, *, candidates: int, snaps: Snapshots | 
         act = active[fl]
         cmin = jnp.min(jnp.where(act, flow_level(fl, s), jnp.inf), axis=1)
         is_b = (s[cand] <= cmin) & (n_on[cand] > 0.5)
-        bmask = jnp.any((link_ids[:, None] == cand[None, :]) & is_b[None, :], axis=1) & (link_ids < L)
+        bmask = jnp.zeros(L + 2, bool).at[cand].set(is_b)[: L + 1] & (link_ids < L)
         # a flow on several bottlenecks of this pass is charged to the lowest-index one
         desig = jnp.min(jnp.where(bmask[r[fl]], r[fl], L + 1), axis=-1)
         sel = is_b[:, None] & act & (desig == cand[:, None])
