@@ -303,39 +303,62 @@ def fill(t: SparseTables, s0: FillState, *, candidates: int, snaps: Snapshots | 
         # W drifts by rounding as flows leave; the exact per-link flow count says which links are live
         live = (n_on > 0.5) & (link_ids < L)  # elementwise masks fuse; .at[].set would be a scatter
         s = jnp.where(live, _safe_div(jnp.maximum(t.cap - acc[:, 2], 0), W_start), jnp.inf)
-        # top_k has a fast path for float32 only; rounding may reorder near-ties, so the exact
-        # minimum (always a local bottleneck, hence progress) is added explicitly.
-        _, near = jax.lax.top_k(-s.astype(jnp.float32), B - 1)
-        best = jnp.argmin(s).astype(near.dtype)
-        cand = jnp.append(jnp.where(near == best, L, near), best)
-        fl = members[cand]  # [B, D]
-        act = active[fl]
-        cmin = jnp.min(jnp.where(act, flow_level(fl, s), jnp.inf), axis=1)
-        is_b = (s[cand] <= cmin) & (n_on[cand] > 0.5)
-        bmask = jnp.zeros(L + 2, bool).at[cand].set(is_b)[: L + 1] & (link_ids < L)
-        # a flow on several bottlenecks of this pass is charged to the lowest-index one
-        desig = jnp.min(jnp.where(bmask[r[fl]], r[fl], L + 1), axis=-1)
-        sel = is_b[:, None] & act & (desig == cand[:, None])
-        slot_rate = w[fl] * s[cand][:, None]
-        freeze_f = jnp.where(sel, fl, F)
-        pass_f = pass_f.at[freeze_f].set(p)
-        bneck = bneck.at[freeze_f].set(jnp.broadcast_to(cand[:, None], fl.shape))
-        acc = release(acc, fl, slot_rate, sel)
-        new_active = active.at[freeze_f].set(False)
-        # each frozen flow is selected once (in its designated bottleneck's row; the dummy row is empty)
-        n_active = n_active - jnp.sum(sel, dtype=jnp.int32)
-        if t.cap_order is not None:
-            cw = jax.lax.dynamic_slice(t.cap_order, (ptr,), (Bc,))
-            cfree = active[cw] & (cap_level[cw] <= flow_level(cw, s)) & ~jnp.any(bmask[r[cw]], axis=-1)
-            cfree_f = jnp.where(cfree, cw, F)
-            crate = w[cw] * cap_level[cw]
-            pass_f = pass_f.at[cfree_f].set(p)
-            bneck = bneck.at[cfree_f].set(L)
-            acc = release(acc, cw, crate, cfree)
-            new_active = new_active.at[cfree_f].set(False)
-            n_active = n_active - jnp.sum(cfree, dtype=jnp.int32)  # cap window entries are distinct flows
-            done = ~new_active[cw]
-            ptr = jnp.minimum(ptr + jnp.sum(jnp.cumprod(done), dtype=jnp.int32), F)
+        def by_candidates(pass_f, bneck, acc, active, n_active, ptr):
+            # top_k has a fast path for float32 only; rounding may reorder near-ties, so the exact
+            # minimum (always a local bottleneck, hence progress) is added explicitly.
+            _, near = jax.lax.top_k(-s.astype(jnp.float32), B - 1)
+            best = jnp.argmin(s).astype(near.dtype)
+            cand = jnp.append(jnp.where(near == best, L, near), best)
+            fl = members[cand]  # [B, D]
+            act = active[fl]
+            cmin = jnp.min(jnp.where(act, flow_level(fl, s), jnp.inf), axis=1)
+            is_b = (s[cand] <= cmin) & (n_on[cand] > 0.5)
+            bmask = jnp.zeros(L + 2, bool).at[cand].set(is_b)[: L + 1] & (link_ids < L)
+            # a flow on several bottlenecks of this pass is charged to the lowest-index one
+            desig = jnp.min(jnp.where(bmask[r[fl]], r[fl], L + 1), axis=-1)
+            sel = is_b[:, None] & act & (desig == cand[:, None])
+            slot_rate = w[fl] * s[cand][:, None]
+            freeze_f = jnp.where(sel, fl, F)
+            pass_f = pass_f.at[freeze_f].set(p)
+            bneck = bneck.at[freeze_f].set(jnp.broadcast_to(cand[:, None], fl.shape))
+            acc = release(acc, fl, slot_rate, sel)
+            new_active = active.at[freeze_f].set(False)
+            # each frozen flow is selected once (in its designated bottleneck's row; the dummy row is empty)
+            n_active = n_active - jnp.sum(sel, dtype=jnp.int32)
+            if t.cap_order is not None:
+                cw = jax.lax.dynamic_slice(t.cap_order, (ptr,), (Bc,))
+                cfree = active[cw] & (cap_level[cw] <= flow_level(cw, s)) & ~jnp.any(bmask[r[cw]], axis=-1)
+                cfree_f = jnp.where(cfree, cw, F)
+                crate = w[cw] * cap_level[cw]
+                pass_f = pass_f.at[cfree_f].set(p)
+                bneck = bneck.at[cfree_f].set(L)
+                acc = release(acc, cw, crate, cfree)
+                new_active = new_active.at[cfree_f].set(False)
+                n_active = n_active - jnp.sum(cfree, dtype=jnp.int32)  # cap window entries are distinct flows
+                done = ~new_active[cw]
+                ptr = jnp.minimum(ptr + jnp.sum(jnp.cumprod(done), dtype=jnp.int32), F)
+            return pass_f, bneck, acc, new_active, n_active, ptr, bmask
+
+        def by_ties(pass_f, bneck, acc, active, n_active, ptr):
+            # Every link at the minimum share is a local bottleneck without reading its flows (when no
+            # active flow's cap is below it), so a collective's many equal links freeze in one pass
+            # instead of ``candidates`` per pass; this pass reads every flow once.
+            tied = live & (s == s_min)
+            on_tied = tied[r]  # [F+1, H]
+            fz = active & jnp.any(on_tied, axis=1)
+            b = jnp.min(jnp.where(on_tied, r, L + 1), axis=1)
+            vals = jnp.stack([jnp.where(fz, -w, 0), jnp.where(fz, -1, 0).astype(dtype),
+                              jnp.where(fz, w * s_min, 0)], axis=-1)
+            acc = acc.at[r.reshape(-1)].add(jnp.repeat(vals, r.shape[1], axis=0))
+            return (jnp.where(fz, p, pass_f), jnp.where(fz, b, bneck), acc, active & ~fz,
+                    n_active - jnp.sum(fz, dtype=jnp.int32), ptr, tied)
+
+        s_min = jnp.min(s)
+        many_tied = jnp.sum(live & (s == s_min)) > B
+        if t.cap_order is not None:  # the smallest cap of an active flow is at or after the window start
+            many_tied = many_tied & (cap_level[t.cap_order[ptr]] >= s_min)
+        pass_f, bneck, acc, new_active, n_active, ptr, bmask = jax.lax.cond(
+            many_tied, by_ties, by_candidates, pass_f, bneck, acc, active, n_active, ptr)
         new_link = bmask & (pass_l < 0)
         pass_l = jnp.where(new_link, p, pass_l)
         share = jnp.where(new_link, s, share)

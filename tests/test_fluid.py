@@ -90,6 +90,21 @@ def test_every_way_a_refill_resumes_matches_oracle(monkeypatch, rows):
     want = oracle(routes, sizes, ft.capacity, rate_limit=limit, start_times=start)
     np.testing.assert_allclose(np.asarray(finish), want, rtol=1e-9)
 
+
+def test_ring_on_a_symmetric_fabric_matches_oracle():
+    # many links tie at the minimum share (more than the candidates a pass examines)
+    ft = fm.fabric.fat_tree(4, heterogeneity=0.0)
+    n = ft.num_hosts
+    src = np.concatenate([np.arange(n), [0, 5]])
+    dst = np.concatenate([(np.arange(n) + 1) % n, [9, 14]])
+    routes = ft.route(src, dst, np.random.default_rng(0))
+    sizes = np.concatenate([np.full(n, 1e8), [3e8, 5e7]])
+    limit = np.concatenate([np.full(n, np.inf), [3e10, np.inf]])
+    finish, events = fm.completion_events(routes, sizes, ft.capacity, rate_limit=limit)
+    want = oracle(routes, sizes, ft.capacity, rate_limit=limit)
+    np.testing.assert_allclose(np.asarray(finish), want, rtol=1e-9)
+    assert event_count(events) <= 4
+
 def test_dense_path_and_vmap():
     rng = np.random.default_rng(3)
     routes, cap, w, lim = random_instance(rng)
