@@ -273,7 +273,9 @@ def fill(t: SparseTables, s0: FillState, *, candidates: int, snaps: Snapshots | 
     fair shares, checks which of them are local bottlenecks by reading only their own flows, and freezes
     those. The global minimum is always among them, so every pass makes progress; the per-pass work is
     O(candidates x degree x H) instead of O(F x H). Per-flow caps are found through a window over the
-    flows sorted by cap level. With ``snaps``, each pass below S first records its starting state.
+    flows sorted by cap level. When more links tie at the minimum share than there are candidates (a
+    collective's equal flows), the pass freezes all of them instead. With ``snaps``, each pass below S
+    first records its starting state.
     """
     F = t.w.shape[0] - 1
     L = t.cap.shape[0] - 1
