@@ -232,8 +232,7 @@ def fill_start(t: SparseTables, present, prev: MaxMinStructure | None = None, re
         kept_rates = jnp.zeros(F + 1, dtype)
         restart = jnp.int32(0)
     else:
-        pass_f0, bneck0, pass_l0, share0, wat0 = _resumed(prev, present, restart, t.empty, L)
-        keep = present & (pass_f0 < restart) & (pass_f0 >= 0)
+        keep, pass_f0, bneck0, pass_l0, share0, wat0 = _resumed(prev, present, restart, t.empty, L)
         kept_rates = jnp.where(keep, jnp.where(bneck0 == L, jnp.append(t.rate_limit, 0), t.w * share0[bneck0]), 0)
     active0 = present & ~t.empty & ~keep
     acc = _link_sums(t, jnp.where(active0, t.w, 0), active0.astype(dtype), kept_rates)
@@ -242,13 +241,13 @@ def fill_start(t: SparseTables, present, prev: MaxMinStructure | None = None, re
 
 
 def _resumed(prev: MaxMinStructure, present, restart, empty, L):
-    """Per-flow and per-link structure kept when ``prev`` is resumed at pass ``restart``."""
+    """The kept flows, and the per-flow and per-link structure kept, when ``prev`` resumes at ``restart``."""
     pass_f = jnp.append(prev.pass_of_flow, -1)
     keep = present & (pass_f < restart) & (pass_f >= 0)
     pass_f0 = jnp.where(keep, pass_f, jnp.where(empty, restart, -1)).astype(jnp.int32)
     bneck0 = jnp.where(keep, jnp.append(prev.bottleneck, L), L)
     kept_link = (prev.pass_of_link >= 0) & (prev.pass_of_link < restart)
-    return (pass_f0, bneck0, jnp.where(kept_link, prev.pass_of_link, -1),
+    return (keep, pass_f0, bneck0, jnp.where(kept_link, prev.pass_of_link, -1),
             jnp.where(kept_link, prev.share, jnp.inf), jnp.where(kept_link, prev.weight_at, 0))
 
 
@@ -260,8 +259,7 @@ def fill_resume(t: SparseTables, present, prev: MaxMinStructure, restart, snaps:
     """
     L = t.cap.shape[0] - 1
     present = jnp.append(present, False)
-    pass_f0, bneck0, pass_l0, share0, wat0 = _resumed(prev, present, restart, t.empty, L)
-    keep = present & (pass_f0 < restart) & (pass_f0 >= 0)
+    keep, pass_f0, bneck0, pass_l0, share0, wat0 = _resumed(prev, present, restart, t.empty, L)
     active0 = present & ~t.empty & ~keep
     acc = snaps.rows[restart] - jnp.concatenate([removed, jnp.zeros((L + 1, 1), removed.dtype)], axis=1)
     return FillState(jnp.asarray(restart, jnp.int32), jnp.sum(active0, dtype=jnp.int32), snaps.ptr[restart], active0,

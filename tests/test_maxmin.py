@@ -109,6 +109,19 @@ def test_candidate_count_does_not_change_rates(rng, candidates):
     np.testing.assert_allclose(rates, oracle(routes, cap, w, lim), rtol=1e-9)
 
 
+
+def test_links_tied_at_the_minimum_freeze_in_one_pass():
+    # ten 10 B/s links tie at the minimum share (more than the 2 candidates a pass examines): one pass
+    # freezes their flows, and flow b then takes what they leave of the shared link X
+    routes = np.array([[i, 10] for i in range(10)] + [[10, -1]])
+    cap = np.array([10.0] * 10 + [200.0])
+    ones, inf = jnp.ones(11), jnp.full(11, jnp.inf)
+    members = _maxmin.link_members(routes, 11)
+    rates, st = _maxmin._structure_jit(jnp.asarray(routes, jnp.int32), members, jnp.asarray(cap), ones, inf, 2, False)
+    np.testing.assert_allclose(rates, [10.0] * 10 + [100.0], rtol=1e-12)
+    np.testing.assert_allclose(rates, oracle(routes, cap), rtol=1e-12)
+    assert int(st.num_passes) == 2
+
 def test_fat_tree_instance_matches_oracle():
     ft = fm.fabric.fat_tree(8, heterogeneity=0.5, seed=3)
     rng = np.random.default_rng(4)
