@@ -87,7 +87,7 @@ BACKGROUND = {"name": ("str", REQUIRED), "src": ("ints", REQUIRED), "dst": ("int
               "rate": ("bandwidth", REQUIRED)}
 WORKLOADS = {"training": ([TRAINING], None), "inference": ([INFERENCE], None), "background": ([BACKGROUND], None)}
 OPTIONS = {"sharpness": ("float", 64.0), "alpha": ("time", 0.0), "window": ("size", None), "queueing": ("bool", False),
-           "packet": ("size", 4096.0), "buffer": ("size", None)}
+           "packet": ("size", None), "buffer": ("size", None)}
 KNOB = {"group": ("str", REQUIRED), "lower": ("knob", REQUIRED), "upper": ("knob", REQUIRED),
         "allowed": ("knobs", None)}
 COST = {"per_gbps": ("prices", None), "per_gbps_km": ("float", 0.0)}
@@ -311,10 +311,14 @@ def parse(data: Any) -> Scenario:
     for key in ("window", "packet", "buffer"):
         if options[key] is not None and options[key] <= 0:
             _fail(f"model.{key}", f"must be > 0 bytes, got {options[key]}")
+    for key in ("packet", "buffer"):  # they shape the queueing model only: never accept and ignore them
+        if options[key] is not None and not options["queueing"]:
+            _fail(f"model.{key}", f"is used only with model.queueing: true, got {options[key]} without it")
     congestion = None
     if options["window"] is not None or options["queueing"]:
+        queue = {} if options["packet"] is None else {"packet_bytes": options["packet"]}
         congestion = Congestion(window=options["window"], queueing=options["queueing"],
-                                packet_bytes=options["packet"], buffer_bytes=options["buffer"])
+                                buffer_bytes=options["buffer"], **queue)
     sw = raw["sweep"]
     if sw is not None:
         for group, values in sw["grid"].items():

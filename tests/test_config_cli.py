@@ -73,6 +73,14 @@ def test_congestion_options():
     data["model"]["window"] = "64Mbps"
     with pytest.raises(config.ConfigError, match=r"model.window: unknown size unit 'Mbps'"):
         config.parse(data)
+    data["model"].update(window="64MB", packet="9KB")
+    assert config.parse(data).congestion.packet_bytes == 9000.0
+    data["model"]["queueing"] = False  # queue shape without a queue: an error, not silently dropped
+    with pytest.raises(config.ConfigError, match=r"model.packet: is used only with model.queueing: true, got 9000.0"):
+        config.parse(data)
+    del data["model"]["packet"]
+    with pytest.raises(config.ConfigError, match=r"model.buffer: is used only with model.queueing: true"):
+        config.parse(data)
 
 
 def _mutated(path: str, value):
