@@ -91,6 +91,22 @@ def test_every_way_a_refill_resumes_matches_oracle(monkeypatch, rows):
     np.testing.assert_allclose(np.asarray(finish), want, rtol=1e-9)
 
 
+def test_a_deferred_flow_completing_refills_from_its_bottleneck():
+    # 100 flows on one link: the first pass freezes only freeze_slots of them, the rest a pass later.
+    # The late ones are the smallest, so they complete first, and then the early ones speed up too.
+    F = 100
+    routes = np.zeros((F, 1), np.int32)
+    sizes = np.linspace(2e8, 1e8, F)
+    cap = np.array([1e10])
+    finish, events = fm.completion_events(routes, sizes, cap)
+    np.testing.assert_allclose(np.asarray(finish), oracle(routes, sizes, cap), rtol=1e-9)
+    # processor sharing, closed form: the k-th smallest finishes after sum_{j<=k} (s_j - s_{j-1})(F-j+1)/c
+    s = np.sort(sizes)
+    want = np.cumsum(np.diff(s, prepend=0) * (F - np.arange(F))) / cap[0]
+    np.testing.assert_allclose(np.sort(np.asarray(finish)), want, rtol=1e-12)
+    assert event_count(events) == F
+
+
 def test_ring_on_a_symmetric_fabric_matches_oracle():
     # many links tie at the minimum share (more than the candidates a pass examines)
     ft = fm.fabric.fat_tree(4, heterogeneity=0.0)
