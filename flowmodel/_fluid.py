@@ -8,10 +8,10 @@ finishes when its last byte has been sent.
 Event loop. Each event advances to the earlier of the next activation and the next completion under
 the current rates. Flows whose completion times agree to 1e-12 relative complete in the same event, so
 the equal flows of a collective cost one event. After completions the water-filling resumes at the
-earliest pass in which a completed flow froze: the completed flows crossed no bottleneck of an earlier
-pass, so every earlier decision stands. The per-link state at that pass comes from a snapshot the
-earlier solve recorded (less the flows completed since), so an event costs O(L) plus its passes, not
-O(F x H). After activations the rates are re-solved in full.
+earliest pass in which a completed flow, or a link it crossed while active, froze: the completed flows
+crossed no bottleneck of an earlier pass, so every earlier decision stands. The per-link state at that
+pass comes from a snapshot the earlier solve recorded (less the flows completed since), so an event
+costs O(L) plus its passes, not O(F x H). After activations the rates are re-solved in full.
 
 Differentiation. A custom VJP runs the adjoint of the event recursion backwards: completion event
 times solve ``sum_k x_d^k (t_{k+1} - t_k) = size_d`` for the flow d that defines them, activation

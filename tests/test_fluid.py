@@ -70,7 +70,7 @@ def test_fat_tree_with_distinct_sizes_matches_oracle():
 
 @pytest.mark.parametrize("rows", [1, 3, 256])
 def test_every_way_a_refill_resumes_matches_oracle(monkeypatch, rows):
-    # After completions the solve resumes at the earliest completed flow's pass: from a snapshot when
+    # After completions the solve resumes at the earliest completed flow's bottleneck pass: from a snapshot when
     # that pass has one (rows), else by re-counting the kept flows. Caps move the cap window, equal
     # sizes complete together (many at once), late starts force solves from scratch.
     ft = fm.fabric.fat_tree(4, heterogeneity=0.5, seed=5)
