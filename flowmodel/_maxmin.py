@@ -39,12 +39,11 @@ from ._types import Array, Float, Int
 class MaxMinStructure(NamedTuple):
     """What the forward solve decided; enough to replay it and to differentiate it.
 
-    pass_of_flow: int32[F]   pass in which the flow froze (the sparse solve may defer a flow to a pass
-                             after its bottleneck's, still at that bottleneck's share)
+    pass_of_flow: int32[F]   pass in which the flow froze
     bottleneck:   int32[F]   the link that froze it (lowest index among ties), or L if its cap did
-    pass_of_link: int32[L+1] first pass in which the link was a bottleneck, -1 if never (L: the dummy link)
+    pass_of_link: int32[L+1] pass in which the link was a bottleneck, -1 if never (L is the dummy link)
     share:        float[L+1] the link's fair share when it was a bottleneck (inf otherwise)
-    weight_at:    float[L+1] sum of weights of the flows active on it then (all freeze at its share)
+    weight_at:    float[L+1] sum of weights of the flows it froze
     num_passes:   int32[]    number of passes used
     """
 
@@ -275,19 +274,12 @@ def fill(t: SparseTables, s0: FillState, *, candidates: int, snaps: Snapshots | 
     flows sorted by cap level. When more links tie at the minimum share than there are candidates (a
     collective's equal flows), the pass freezes all of them instead. With ``snaps``, each pass below S
     first records its starting state.
-
-    A candidate pass freezes at most ``freeze_slots`` flows at its bottlenecks; the others stay active
-    and freeze in a later pass at the same share (a bottleneck stays one as long as it has active flows:
-    the flows frozen at its share leave it exactly at that share). So a flow's pass may follow its
-    bottleneck's; ``weight_at`` still counts it, which is what the adjoint's replay needs.
     """
     F = t.w.shape[0] - 1
     L = t.cap.shape[0] - 1
     dtype = t.cap.dtype
     B = max(min(candidates, L + 1), 2)
     Bc = min(candidates, F)
-    D = t.members.shape[1]
-    K = freeze_slots(B, D)
     r, w, members, cap_level = t.r, t.w, t.members, t.cap_level
     link_ids = jnp.arange(L + 1)
     if snaps is not None:
@@ -302,91 +294,79 @@ def fill(t: SparseTables, s0: FillState, *, candidates: int, snaps: Snapshots | 
     def flow_level(flows, s):
         return jnp.minimum(jnp.min(s[r[flows]], axis=-1), cap_level[flows])
 
-    def shares(st):  # per-link fair shares, and whether more links tie at the minimum than B candidates
+    def body(carry):
+        st, sn = carry
+        p, n_active, ptr, active, acc, pass_f, bneck, pass_l, share, wat = st
+        if sn is not None:
+            sn = Snapshots(sn.rows.at[p].set(acc + stamp, mode="drop"), sn.ptr.at[p].set(ptr, mode="drop"))
+        W_start, n_on = acc[:, 0], acc[:, 1]
         # W drifts by rounding as flows leave; the exact per-link flow count says which links are live
-        live = (st.acc[:, 1] > 0.5) & (link_ids < L)  # elementwise masks fuse; .at[].set would be a scatter
-        s = jnp.where(live, _safe_div(jnp.maximum(t.cap - st.acc[:, 2], 0), st.acc[:, 0]), jnp.inf)
+        live = (n_on > 0.5) & (link_ids < L)  # elementwise masks fuse; .at[].set would be a scatter
+        s = jnp.where(live, _safe_div(jnp.maximum(t.cap - acc[:, 2], 0), W_start), jnp.inf)
+        def by_candidates(pass_f, bneck, acc, active, n_active, ptr):
+            # top_k has a fast path for float32 only; rounding may reorder near-ties, so the exact
+            # minimum (always a local bottleneck, hence progress) is added explicitly.
+            _, near = jax.lax.top_k(-s.astype(jnp.float32), B - 1)
+            best = jnp.argmin(s).astype(near.dtype)
+            cand = jnp.append(jnp.where(near == best, L, near), best)
+            fl = members[cand]  # [B, D]
+            act = active[fl]
+            cmin = jnp.min(jnp.where(act, flow_level(fl, s), jnp.inf), axis=1)
+            is_b = (s[cand] <= cmin) & (n_on[cand] > 0.5)
+            bmask = jnp.zeros(L + 2, bool).at[cand].set(is_b)[: L + 1] & (link_ids < L)
+            # a flow on several bottlenecks of this pass is charged to the lowest-index one
+            desig = jnp.min(jnp.where(bmask[r[fl]], r[fl], L + 1), axis=-1)
+            sel = is_b[:, None] & act & (desig == cand[:, None])
+            slot_rate = w[fl] * s[cand][:, None]
+            freeze_f = jnp.where(sel, fl, F)
+            pass_f = pass_f.at[freeze_f].set(p)
+            bneck = bneck.at[freeze_f].set(jnp.broadcast_to(cand[:, None], fl.shape))
+            acc = release(acc, fl, slot_rate, sel)
+            new_active = active.at[freeze_f].set(False)
+            # each frozen flow is selected once (in its designated bottleneck's row; the dummy row is empty)
+            n_active = n_active - jnp.sum(sel, dtype=jnp.int32)
+            if t.cap_order is not None:
+                cw = jax.lax.dynamic_slice(t.cap_order, (ptr,), (Bc,))
+                cfree = active[cw] & (cap_level[cw] <= flow_level(cw, s)) & ~jnp.any(bmask[r[cw]], axis=-1)
+                cfree_f = jnp.where(cfree, cw, F)
+                crate = w[cw] * cap_level[cw]
+                pass_f = pass_f.at[cfree_f].set(p)
+                bneck = bneck.at[cfree_f].set(L)
+                acc = release(acc, cw, crate, cfree)
+                new_active = new_active.at[cfree_f].set(False)
+                n_active = n_active - jnp.sum(cfree, dtype=jnp.int32)  # cap window entries are distinct flows
+                done = ~new_active[cw]
+                ptr = jnp.minimum(ptr + jnp.sum(jnp.cumprod(done), dtype=jnp.int32), F)
+            return pass_f, bneck, acc, new_active, n_active, ptr, bmask
+
+        def by_ties(pass_f, bneck, acc, active, n_active, ptr):
+            # Every link at the minimum share is a local bottleneck without reading its flows (when no
+            # active flow's cap is below it), so a collective's many equal links freeze in one pass
+            # instead of ``candidates`` per pass; this pass reads every flow once.
+            tied = live & (s == s_min)
+            on_tied = tied[r]  # [F+1, H]
+            fz = active & jnp.any(on_tied, axis=1)
+            b = jnp.min(jnp.where(on_tied, r, L + 1), axis=1)
+            vals = jnp.stack([jnp.where(fz, -w, 0), jnp.where(fz, -1, 0).astype(dtype),
+                              jnp.where(fz, w * s_min, 0)], axis=-1)
+            acc = acc.at[r.reshape(-1)].add(jnp.repeat(vals, r.shape[1], axis=0))
+            return (jnp.where(fz, p, pass_f), jnp.where(fz, b, bneck), acc, active & ~fz,
+                    n_active - jnp.sum(fz, dtype=jnp.int32), ptr, tied)
+
         s_min = jnp.min(s)
         many_tied = jnp.sum(live & (s == s_min)) > B
         if t.cap_order is not None:  # the smallest cap of an active flow is at or after the window start
-            many_tied = many_tied & (cap_level[t.cap_order[st.ptr]] >= s_min)
-        return live, s, many_tied
+            many_tied = many_tied & (cap_level[t.cap_order[ptr]] >= s_min)
+        pass_f, bneck, acc, new_active, n_active, ptr, bmask = jax.lax.cond(
+            many_tied, by_ties, by_candidates, pass_f, bneck, acc, active, n_active, ptr)
+        new_link = bmask & (pass_l < 0)
+        pass_l = jnp.where(new_link, p, pass_l)
+        share = jnp.where(new_link, s, share)
+        wat = jnp.where(new_link, W_start, wat)
+        return FillState(p + 1, n_active, ptr, new_active, acc, pass_f, bneck, pass_l, share, wat), sn
 
-    def by_candidates(st, live, s):
-        p, n_active, ptr, active, acc, pass_f, bneck = st.p, st.n_active, st.ptr, st.active, st.acc, st.pass_f, st.bneck
-        # top_k has a fast path for float32 only; rounding may reorder near-ties, so the exact
-        # minimum (always a local bottleneck, hence progress) is added explicitly.
-        _, near = jax.lax.top_k(-s.astype(jnp.float32), B - 1)
-        best = jnp.argmin(s).astype(near.dtype)
-        cand = jnp.append(jnp.where(near == best, L, near), best)
-        fl = members[cand]  # [B, D]
-        act = active[fl]
-        cmin = jnp.min(jnp.where(act, flow_level(fl, s), jnp.inf), axis=1)
-        is_b = (s[cand] <= cmin) & live[cand]
-        bmask = jnp.zeros(L + 2, bool).at[cand].set(is_b)[: L + 1]
-        # a flow on several bottlenecks of this pass is charged to the lowest-index one
-        desig = jnp.min(jnp.where(bmask[r[fl]], r[fl], L + 1), axis=-1)
-        sel = is_b[:, None] & act & (desig == cand[:, None])
-        fl, row = fl.reshape(-1), jnp.repeat(cand, D)
-        if K < B * D:  # freeze the first K selected flows; the rest wait for a later pass (see above)
-            (pos,) = jnp.nonzero(sel.reshape(-1), size=K, fill_value=B * D)
-            sel = pos < B * D
-            fl, row = jnp.append(fl, F)[pos], jnp.append(row, L)[pos]
-        else:
-            sel = sel.reshape(-1)
-        freeze_f = jnp.where(sel, fl, F)
-        pass_f = pass_f.at[freeze_f].set(p)
-        bneck = bneck.at[freeze_f].set(row)
-        acc = release(acc, fl, jnp.where(sel, w[fl] * s[row], 0), sel)
-        new_active = active.at[freeze_f].set(False)
-        # each frozen flow is selected once (in its designated bottleneck's row; the dummy row is empty)
-        n_active = n_active - jnp.sum(sel, dtype=jnp.int32)
-        if t.cap_order is not None:
-            cw = jax.lax.dynamic_slice(t.cap_order, (ptr,), (Bc,))
-            cfree = active[cw] & (cap_level[cw] <= flow_level(cw, s)) & ~jnp.any(bmask[r[cw]], axis=-1)
-            cfree_f = jnp.where(cfree, cw, F)
-            crate = w[cw] * cap_level[cw]
-            pass_f = pass_f.at[cfree_f].set(p)
-            bneck = bneck.at[cfree_f].set(L)
-            acc = release(acc, cw, crate, cfree)
-            new_active = new_active.at[cfree_f].set(False)
-            n_active = n_active - jnp.sum(cfree, dtype=jnp.int32)  # cap window entries are distinct flows
-            done = ~new_active[cw]
-            ptr = jnp.minimum(ptr + jnp.sum(jnp.cumprod(done), dtype=jnp.int32), F)
-        return pass_f, bneck, acc, new_active, n_active, ptr, bmask
-
-    def by_ties(st, live, s):
-        # Every link at the minimum share is a local bottleneck without reading its flows (when no
-        # active flow's cap is below it), so a collective's many equal links freeze in one pass
-        # instead of ``candidates`` per pass; this pass reads every flow once.
-        s_min = jnp.min(s)
-        tied = live & (s == s_min)
-        on_tied = tied[r]  # [F+1, H]
-        fz = st.active & jnp.any(on_tied, axis=1)
-        b = jnp.min(jnp.where(on_tied, r, L + 1), axis=1)
-        vals = jnp.stack([jnp.where(fz, -w, 0), jnp.where(fz, -1, 0).astype(dtype),
-                          jnp.where(fz, w * s_min, 0)], axis=-1)
-        acc = st.acc.at[r.reshape(-1)].add(jnp.repeat(vals, r.shape[1], axis=0))
-        return (jnp.where(fz, st.p, st.pass_f), jnp.where(fz, b, st.bneck), acc, st.active & ~fz,
-                st.n_active - jnp.sum(fz, dtype=jnp.int32), st.ptr, tied)
-
-    def step(freeze, carry):  # one pass: record the snapshot, freeze, record the new bottleneck links
-        st, sn, live, s, _ = carry
-        if sn is not None:
-            sn = Snapshots(sn.rows.at[st.p].set(st.acc + stamp, mode="drop"), sn.ptr.at[st.p].set(st.ptr, mode="drop"))
-        pass_f, bneck, acc, active, n_active, ptr, bmask = freeze(st, live, s)
-        new_link = bmask & (st.pass_l < 0)
-        st = FillState(st.p + 1, n_active, ptr, active, acc, pass_f, bneck, jnp.where(new_link, st.p, st.pass_l),
-                       jnp.where(new_link, s, st.share), jnp.where(new_link, st.acc[:, 0], st.wat))
-        return (st, sn) + shares(st)
-
-    # Candidate passes run in an inner loop that stops where many links tie; the outer loop then takes
-    # one tie pass. Two loops instead of a per-pass branch: a branch copies the per-flow arrays each pass.
     max_passes = s0.p + F + F // max(Bc, 1) + 2
-    go = lambda c: (c[0].n_active > 0) & (c[0].p < max_passes)  # noqa: E731
-    candidate_passes = lambda c: jax.lax.while_loop(lambda c: go(c) & ~c[4], functools.partial(step, by_candidates), c)  # noqa: E731
-    carry = candidate_passes((s0, snaps) + shares(s0))
-    st, snaps, *_ = jax.lax.while_loop(go, lambda c: candidate_passes(step(by_ties, c)), carry)
+    st, snaps = jax.lax.while_loop(lambda c: (c[0].n_active > 0) & (c[0].p < max_passes), body, (s0, snaps))
     st = st._replace(share=eqx.error_if(st.share, st.n_active > 0, _NO_PROGRESS))
     return st, snaps
 
@@ -439,23 +419,15 @@ def _maxmin_bwd(candidates, has_caps, res, g):
     return None, None, cbar, wbar, lbar
 
 
-def freeze_slots(candidates: int, degree: int) -> int:
-    """Flows a sparse pass may freeze at its bottleneck links: a quarter of the slots it reads, at least 64.
-
-    A pass typically freezes a few percent of its ``candidates x degree`` slots (k=8 fat-tree, 10K random
-    flows: median 43 of 768, 99th percentile 240), and the scatters that freeze them cost in proportion
-    to the slots they cover.
-    """
-    slots = candidates * degree
-    return slots if slots <= 64 else max(64, slots // 4)
-
-
 def pass_window(num_flows: int, num_links: int, members, candidates: int) -> int | None:
-    """Most flows one pass of the sparse solve can freeze (None for the dense solve: no bound)."""
+    """Flows the adjoint reads per step: the most a candidate pass can freeze (None for the dense solve).
+
+    A pass of tied links can freeze more; the adjoint then reads it in several steps.
+    """
     if members is None:
         return None
     B = max(min(candidates, num_links + 1), 2)
-    return min(num_flows, freeze_slots(B, members.shape[1]) + min(candidates, num_flows))
+    return min(num_flows, B * members.shape[1] + min(candidates, num_flows))
 
 
 def _adjoint(routes, weights, rates, st: MaxMinStructure, g, window: int | None = None):
@@ -472,23 +444,20 @@ def _adjoint(routes, weights, rates, st: MaxMinStructure, g, window: int | None 
     g = jnp.where(finite, g, 0)
     level = jnp.where(finite, rates / weights, 0)
     share_b = jnp.where(capped | ~finite, 0, st.share[st.bottleneck])
-    # sbar (each link's adjoint from the flows it froze) accumulates over the reverse passes: a deferred
-    # flow's pass comes after its bottleneck's, so it is added before the link is done.
     links_done = lambda s_hat, sbar, p: s_hat + jnp.where(  # noqa: E731
         (st.pass_of_link == p) & (st.weight_at > 0), _safe_div(sbar, st.weight_at), 0)
 
     if window is None:
         def body(state):
-            p, s_hat, xbar, sbar = state
+            p, s_hat, xbar = state
             now = st.pass_of_flow == p
             # x_f is read only by links that froze later: their adjoints are already in s_hat.
             xb = jnp.where(now, g - jnp.sum(s_hat[r], axis=1), 0)
-            sbar = sbar + jax.ops.segment_sum(jnp.where(capped, 0, xb * weights), st.bottleneck, num_segments=L + 1)
-            return p - 1, links_done(s_hat, sbar, p), xbar + xb, sbar
+            sbar = jax.ops.segment_sum(jnp.where(capped, 0, xb * weights), st.bottleneck, num_segments=L + 1)
+            return p - 1, links_done(s_hat, sbar, p), xbar + xb
 
-        init = (st.num_passes - 1, jnp.zeros(L + 1, rates.dtype), jnp.zeros(F, rates.dtype),
-                jnp.zeros(L + 1, rates.dtype))
-        _, s_hat, xbar, _ = jax.lax.while_loop(lambda s: s[0] >= 0, body, init)
+        init = (st.num_passes - 1, jnp.zeros(L + 1, rates.dtype), jnp.zeros(F, rates.dtype))
+        _, s_hat, xbar = jax.lax.while_loop(lambda s: s[0] >= 0, body, init)
     else:
         # empty-route flows froze at their cap before any pass: x_bar = g, and they touch no link
         empty = jnp.all(routes < 0, axis=1)
@@ -500,24 +469,28 @@ def _adjoint(routes, weights, rates, st: MaxMinStructure, g, window: int | None 
         g_ext, w_ext = jnp.append(g, 0), jnp.append(weights, 0)
         capped_ext, bneck_ext = jnp.append(capped, True), jnp.append(st.bottleneck, L)
 
-        def body(state):
-            p, s_hat, xbar, sbar = state
-            start = jnp.searchsorted(sorted_key[:F], p, side="left").astype(jnp.int32)
+        first_of = lambda p: jnp.searchsorted(sorted_key[:F], p, side="left").astype(jnp.int32)  # noqa: E731
+
+        def body(state):  # the next ``window`` flows of pass p (a pass of tied links may hold more)
+            p, start, s_hat, xbar, sbar = state
             f = jax.lax.dynamic_slice(order, (start,), (window,))
             now = jax.lax.dynamic_slice(sorted_key, (start,), (window,)) == p
             xb = jnp.where(now, g_ext[f] - jnp.sum(s_hat[r_ext[f]], axis=1), 0)
             sbar = sbar.at[bneck_ext[f]].add(jnp.where(capped_ext[f], 0, xb * w_ext[f]))
-            return p - 1, links_done(s_hat, sbar, p), xbar.at[f].add(xb), sbar
+            more = sorted_key[start + window] == p
+            s_hat = jnp.where(more, s_hat, links_done(s_hat, sbar, p))
+            sbar = jnp.where(more, sbar, 0)  # a link's bar is complete once its pass is
+            return (jnp.where(more, p, p - 1), jnp.where(more, start + window, first_of(p - 1)), s_hat,
+                    xbar.at[f].add(xb), sbar)
 
-        init = (st.num_passes - 1, jnp.zeros(L + 1, rates.dtype), jnp.zeros(F + 1, rates.dtype),
+        p0 = st.num_passes - 1
+        init = (p0, first_of(p0), jnp.zeros(L + 1, rates.dtype), jnp.zeros(F + 1, rates.dtype),
                 jnp.zeros(L + 1, rates.dtype))
-        _, s_hat, xbar, _ = jax.lax.while_loop(lambda s: s[0] >= 0, body, init)
+        _, _, s_hat, xbar, _ = jax.lax.while_loop(lambda s: s[0] >= 0, body, init)
         xbar = jnp.where(empty & (st.pass_of_flow >= 0), g, xbar[:F])
     s_hat = jnp.where(jnp.isfinite(s_hat), s_hat, 0).at[L].set(0)
-    # Bottlenecks on a flow's route that froze while it was active (in its pass, or earlier when the
-    # pass deferred it) all have share == its level; their W includes w_f.
-    pl = st.pass_of_link[r]
-    same_pass = (pl >= 0) & (pl <= st.pass_of_flow[:, None])
+    # Same-pass bottlenecks on a flow's route all have share == its level; their W includes w_f.
+    same_pass = st.pass_of_link[r] == st.pass_of_flow[:, None]
     own_links = jnp.sum(jnp.where(same_pass, s_hat[r], 0), axis=1)
     wbar = jnp.where(capped, 0, xbar * share_b - level * own_links)
     wbar = jnp.where(finite, wbar, 0)

@@ -70,7 +70,7 @@ def test_fat_tree_with_distinct_sizes_matches_oracle():
 
 @pytest.mark.parametrize("rows", [1, 3, 256])
 def test_every_way_a_refill_resumes_matches_oracle(monkeypatch, rows):
-    # After completions the solve resumes at the earliest completed flow's bottleneck pass: from a snapshot when
+    # After completions the solve resumes at the earliest completed flow's pass: from a snapshot when
     # that pass has one (rows), else by re-counting the kept flows. Caps move the cap window, equal
     # sizes complete together (many at once), late starts force solves from scratch.
     ft = fm.fabric.fat_tree(4, heterogeneity=0.5, seed=5)
@@ -91,9 +91,8 @@ def test_every_way_a_refill_resumes_matches_oracle(monkeypatch, rows):
     np.testing.assert_allclose(np.asarray(finish), want, rtol=1e-9)
 
 
-def test_a_deferred_flow_completing_refills_from_its_bottleneck():
-    # 100 flows on one link: the first pass freezes only freeze_slots of them, the rest a pass later.
-    # The late ones are the smallest, so they complete first, and then the early ones speed up too.
+def test_processor_sharing_with_distinct_sizes_closed_form():
+    # 100 flows of distinct sizes on one link: each completion re-fills the link for the others
     F = 100
     routes = np.zeros((F, 1), np.int32)
     sizes = np.linspace(2e8, 1e8, F)
