@@ -120,6 +120,7 @@ def test_ring_on_a_symmetric_fabric_matches_oracle():
     np.testing.assert_allclose(np.asarray(finish), want, rtol=1e-9)
     assert event_count(events) <= 4
 
+
 def test_dense_path_and_vmap():
     rng = np.random.default_rng(3)
     routes, cap, w, lim = random_instance(rng)

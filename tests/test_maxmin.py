@@ -122,6 +122,7 @@ def test_links_tied_at_the_minimum_freeze_in_one_pass():
     np.testing.assert_allclose(rates, oracle(routes, cap), rtol=1e-12)
     assert int(st.num_passes) == 2
 
+
 def test_gradient_through_a_pass_that_freezes_more_flows_than_a_candidate_pass_can():
     # 100 equal links with one flow each tie at the minimum: one pass freezes all 100 flows, far more
     # than the 2 candidate links x 1 flow a candidate pass reads; the adjoint must still reach each one
