@@ -8,10 +8,10 @@ finishes when its last byte has been sent.
 Event loop. Each event advances to the earlier of the next activation and the next completion under
 the current rates. Flows whose completion times agree to 1e-12 relative complete in the same event, so
 the equal flows of a collective cost one event. After completions the water-filling resumes at the
-earliest pass in which a completed flow froze: the completed flows crossed no bottleneck of an earlier
-pass, so every earlier decision stands. The per-link state at that pass comes from a snapshot the
-earlier solve recorded (less the flows completed since), so an event costs O(L) plus its passes, not
-O(F x H). After activations the rates are re-solved in full.
+earliest pass in which a completed flow, or a link it crossed while active, froze: the completed flows
+crossed no bottleneck of an earlier pass, so every earlier decision stands. The per-link state at that
+pass comes from a snapshot the earlier solve recorded (less the flows completed since), so an event
+costs O(L) plus its passes, not O(F x H). After activations the rates are re-solved in full.
 
 Differentiation. A custom VJP runs the adjoint of the event recursion backwards: completion event
 times solve ``sum_k x_d^k (t_{k+1} - t_k) = size_d`` for the flow d that defines them, activation
@@ -116,21 +116,29 @@ def _refill_rates(t, active, rf: _Refill):
 
 
 def _after_event(t, rf: _Refill, completing, arriving):
-    """Record the completed flows' removal and where the next solve must start."""
+    """Record the completed flows' removal and where the next solve must start.
+
+    A completed flow left every link that froze while it was active (its bottleneck, and any that froze
+    before it when a pass deferred it): the re-fill starts at the earliest of those passes. The
+    decisions of every earlier pass stand, since the flow crossed none of those bottlenecks.
+    """
     H = t.r.shape[1]
+    never = jnp.iinfo(jnp.int32).max
+    pass_l = jnp.where(rf.structure.pass_of_link >= 0, rf.structure.pass_of_link, never)
+    pass_f = jnp.append(rf.structure.pass_of_flow, never)
 
     def one():  # the usual case: one flow completes, a scatter over its own hops
         f = jnp.argmax(completing)
         vals = jnp.stack([jnp.broadcast_to(t.w[f], (H,)), jnp.ones(H, t.w.dtype)], axis=-1)
-        return rf.removed.at[t.r[f]].add(vals)
+        return rf.removed.at[t.r[f]].add(vals), jnp.minimum(pass_f[f], jnp.min(pass_l[t.r[f]]))
 
     def many():  # a collective's equal flows complete together: one scatter over every flow
         done = jnp.append(completing, False)
-        return rf.removed + _link_sums(t, jnp.where(done, t.w, 0), done.astype(t.w.dtype), jnp.zeros_like(t.w))[:, :2]
+        gone = _link_sums(t, jnp.where(done, t.w, 0), done.astype(t.w.dtype), jnp.zeros_like(t.w))[:, :2]
+        first = jnp.minimum(pass_f, jnp.min(pass_l[t.r], axis=1))
+        return rf.removed + gone, jnp.min(jnp.where(done, first, never))
 
-    removed = jax.lax.cond(jnp.sum(completing) == 1, one, many)
-    # the completed flows crossed no bottleneck of a pass before their own: those passes stand
-    first_pass = jnp.min(jnp.where(completing, rf.structure.pass_of_flow, jnp.iinfo(jnp.int32).max))
+    removed, first_pass = jax.lax.cond(jnp.sum(completing) == 1, one, many)
     restart = jnp.where(jnp.any(arriving), -1, first_pass).astype(jnp.int32)
     return rf._replace(restart=restart, removed=removed)
 

@@ -1,8 +1,20 @@
+import gc
+
 import jax
 import numpy as np
 import pytest
 
 jax.config.update("jax_enable_x64", True)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    # Every compiled XLA:CPU program keeps a few memory mappings; the whole suite compiles thousands and
+    # would pass the kernel's per-process limit (vm.max_map_count, 65530 by default), which crashes the
+    # process. Drop each module's programs when it is done.
+    yield
+    jax.clear_caches()
+    gc.collect()
 
 
 def random_instance(rng: np.random.Generator, F: int = 24, L: int = 8, H: int = 4, *, caps: float = 0.3,

@@ -92,7 +92,9 @@ def test_every_way_a_refill_resumes_matches_oracle(monkeypatch, rows):
 
 
 def test_processor_sharing_with_distinct_sizes_closed_form():
-    # 100 flows of distinct sizes on one link: each completion re-fills the link for the others
+    # 100 flows of distinct sizes on one link: each completion re-fills the link for the others. A pass
+    # freezes at most freeze_slots of them, the rest a pass later; the late ones are the smallest, so
+    # they complete first, and the re-fill must start at their bottleneck's pass, not their own.
     F = 100
     routes = np.zeros((F, 1), np.int32)
     sizes = np.linspace(2e8, 1e8, F)

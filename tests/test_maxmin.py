@@ -123,6 +123,29 @@ def test_links_tied_at_the_minimum_freeze_in_one_pass():
     assert int(st.num_passes) == 2
 
 
+def test_a_pass_defers_flows_beyond_its_slots_exactly(rng):
+    # 600 flows on 12 links: passes select more flows than they may freeze (freeze_slots), so some freeze
+    # a pass after their bottleneck; rates and gradients must equal the oracle's and the dense solve's
+    routes, cap, w, lim = random_instance(rng, 600, 12, 3, caps=0.2)
+    members = _maxmin.link_members(routes, 12)
+    assert _maxmin.freeze_slots(2, members.shape[1]) < 2 * members.shape[1]
+    r = jnp.asarray(routes)
+    rates, st = _maxmin._structure_jit(r, members, jnp.asarray(cap), jnp.asarray(w), jnp.asarray(lim), 2, True)
+    bneck = np.asarray(st.bottleneck)
+    on_link = bneck < 12
+    deferred = np.asarray(st.pass_of_flow)[on_link] > np.asarray(st.pass_of_link)[bneck[on_link]]
+    assert deferred.sum() >= 10
+    np.testing.assert_allclose(rates, oracle(routes, cap, w, lim), rtol=1e-9)
+    assert maxmin_violations(routes, cap, np.asarray(rates), weights=w, rate_limit=lim) == []
+    a = rng.normal(size=w.size)
+    sparse = jax.grad(lambda c, w: jnp.vdot(a, _maxmin._maxmin(r, members, c, w, jnp.asarray(lim), 2, True)),
+                      argnums=(0, 1))(jnp.asarray(cap), jnp.asarray(w))
+    dense = jax.jit(jax.grad(lambda c, w, r: jnp.vdot(a, fm.maxmin_rates(r, c, weights=w, rate_limit=lim)),
+                             argnums=(0, 1)))(jnp.asarray(cap), jnp.asarray(w), r)
+    for got, want in zip(sparse, dense):
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
 def test_gradient_through_a_pass_that_freezes_more_flows_than_a_candidate_pass_can():
     # 100 equal links with one flow each tie at the minimum: one pass freezes all 100 flows, far more
     # than the 2 candidate links x 1 flow a candidate pass reads; the adjoint must still reach each one

@@ -4,9 +4,9 @@
 
 Instance: k-ary fat-tree, capacities 50 GB/s x U(0.5, 1.5), distinct random host pairs with one random
 ECMP path each, sizes log-uniform in 1 MB - 1 GB (all distinct), all starting at 0. SimGrid re-solves
-at every completion; flowmodel resumes the water-filling at the completed flow's pass, from a
-snapshot of the link state there. Also a collective-shaped case: one ring all-reduce step over 1,024
-GPUs (homogeneous k=16), where all flows are equal and finish in one event.
+at every completion; flowmodel resumes the water-filling at the pass where the completed flow's
+bottleneck froze, from a snapshot of the link state there. Also a collective-shaped case: one ring
+all-reduce step over 1,024 GPUs (homogeneous k=16), where all flows are equal and finish in one event.
 """
 
 from __future__ import annotations
