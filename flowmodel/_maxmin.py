@@ -302,85 +302,91 @@ def fill(t: SparseTables, s0: FillState, *, candidates: int, snaps: Snapshots | 
     def flow_level(flows, s):
         return jnp.minimum(jnp.min(s[r[flows]], axis=-1), cap_level[flows])
 
-    def body(carry):
-        st, sn = carry
-        p, n_active, ptr, active, acc, pass_f, bneck, pass_l, share, wat = st
-        if sn is not None:
-            sn = Snapshots(sn.rows.at[p].set(acc + stamp, mode="drop"), sn.ptr.at[p].set(ptr, mode="drop"))
-        W_start, n_on = acc[:, 0], acc[:, 1]
+    def shares(st):  # per-link fair shares, and whether more links tie at the minimum than B candidates
         # W drifts by rounding as flows leave; the exact per-link flow count says which links are live
-        live = (n_on > 0.5) & (link_ids < L)  # elementwise masks fuse; .at[].set would be a scatter
-        s = jnp.where(live, _safe_div(jnp.maximum(t.cap - acc[:, 2], 0), W_start), jnp.inf)
-        def by_candidates(pass_f, bneck, acc, active, n_active, ptr):
-            # top_k has a fast path for float32 only; rounding may reorder near-ties, so the exact
-            # minimum (always a local bottleneck, hence progress) is added explicitly.
-            _, near = jax.lax.top_k(-s.astype(jnp.float32), B - 1)
-            best = jnp.argmin(s).astype(near.dtype)
-            cand = jnp.append(jnp.where(near == best, L, near), best)
-            fl = members[cand]  # [B, D]
-            act = active[fl]
-            cmin = jnp.min(jnp.where(act, flow_level(fl, s), jnp.inf), axis=1)
-            is_b = (s[cand] <= cmin) & (n_on[cand] > 0.5)
-            bmask = jnp.zeros(L + 2, bool).at[cand].set(is_b)[: L + 1] & (link_ids < L)
-            # a flow on several bottlenecks of this pass is charged to the lowest-index one
-            desig = jnp.min(jnp.where(bmask[r[fl]], r[fl], L + 1), axis=-1)
-            sel = is_b[:, None] & act & (desig == cand[:, None])
-            flows, row = fl.reshape(-1), jnp.repeat(cand, D)
-            if K < B * D:  # freeze the first K selected flows; the rest wait for a later pass (see above)
-                (pos,) = jnp.nonzero(sel.reshape(-1), size=K, fill_value=B * D)
-                sel = pos < B * D
-                flows, row = jnp.append(flows, F)[pos], jnp.append(row, L)[pos]
-            else:
-                sel = sel.reshape(-1)
-            freeze_f = jnp.where(sel, flows, F)
-            pass_f = pass_f.at[freeze_f].set(p)
-            bneck = bneck.at[freeze_f].set(row)
-            acc = release(acc, flows, jnp.where(sel, w[flows] * s[row], 0), sel)
-            new_active = active.at[freeze_f].set(False)
-            # each frozen flow is selected once (in its designated bottleneck's row; the dummy row is empty)
-            n_active = n_active - jnp.sum(sel, dtype=jnp.int32)
-            if t.cap_order is not None:
-                cw = jax.lax.dynamic_slice(t.cap_order, (ptr,), (Bc,))
-                cfree = active[cw] & (cap_level[cw] <= flow_level(cw, s)) & ~jnp.any(bmask[r[cw]], axis=-1)
-                cfree_f = jnp.where(cfree, cw, F)
-                crate = w[cw] * cap_level[cw]
-                pass_f = pass_f.at[cfree_f].set(p)
-                bneck = bneck.at[cfree_f].set(L)
-                acc = release(acc, cw, crate, cfree)
-                new_active = new_active.at[cfree_f].set(False)
-                n_active = n_active - jnp.sum(cfree, dtype=jnp.int32)  # cap window entries are distinct flows
-                done = ~new_active[cw]
-                ptr = jnp.minimum(ptr + jnp.sum(jnp.cumprod(done), dtype=jnp.int32), F)
-            return pass_f, bneck, acc, new_active, n_active, ptr, bmask
-
-        def by_ties(pass_f, bneck, acc, active, n_active, ptr):
-            # Every link at the minimum share is a local bottleneck without reading its flows (when no
-            # active flow's cap is below it), so a collective's many equal links freeze in one pass
-            # instead of ``candidates`` per pass; this pass reads every flow once.
-            tied = live & (s == s_min)
-            on_tied = tied[r]  # [F+1, H]
-            fz = active & jnp.any(on_tied, axis=1)
-            b = jnp.min(jnp.where(on_tied, r, L + 1), axis=1)
-            vals = jnp.stack([jnp.where(fz, -w, 0), jnp.where(fz, -1, 0).astype(dtype),
-                              jnp.where(fz, w * s_min, 0)], axis=-1)
-            acc = acc.at[r.reshape(-1)].add(jnp.repeat(vals, r.shape[1], axis=0))
-            return (jnp.where(fz, p, pass_f), jnp.where(fz, b, bneck), acc, active & ~fz,
-                    n_active - jnp.sum(fz, dtype=jnp.int32), ptr, tied)
-
+        live = (st.acc[:, 1] > 0.5) & (link_ids < L)  # elementwise masks fuse; .at[].set would be a scatter
+        s = jnp.where(live, _safe_div(jnp.maximum(t.cap - st.acc[:, 2], 0), st.acc[:, 0]), jnp.inf)
         s_min = jnp.min(s)
         many_tied = jnp.sum(live & (s == s_min)) > B
         if t.cap_order is not None:  # the smallest cap of an active flow is at or after the window start
-            many_tied = many_tied & (cap_level[t.cap_order[ptr]] >= s_min)
-        pass_f, bneck, acc, new_active, n_active, ptr, bmask = jax.lax.cond(
-            many_tied, by_ties, by_candidates, pass_f, bneck, acc, active, n_active, ptr)
-        new_link = bmask & (pass_l < 0)
-        pass_l = jnp.where(new_link, p, pass_l)
-        share = jnp.where(new_link, s, share)
-        wat = jnp.where(new_link, W_start, wat)
-        return FillState(p + 1, n_active, ptr, new_active, acc, pass_f, bneck, pass_l, share, wat), sn
+            many_tied = many_tied & (cap_level[t.cap_order[st.ptr]] >= s_min)
+        return live, s, many_tied
 
+    def by_candidates(st, live, s):
+        p, n_active, ptr, active, acc, pass_f, bneck = st.p, st.n_active, st.ptr, st.active, st.acc, st.pass_f, st.bneck
+        # top_k has a fast path for float32 only; rounding may reorder near-ties, so the exact
+        # minimum (always a local bottleneck, hence progress) is added explicitly.
+        _, near = jax.lax.top_k(-s.astype(jnp.float32), B - 1)
+        best = jnp.argmin(s).astype(near.dtype)
+        cand = jnp.append(jnp.where(near == best, L, near), best)
+        fl = members[cand]  # [B, D]
+        act = active[fl]
+        cmin = jnp.min(jnp.where(act, flow_level(fl, s), jnp.inf), axis=1)
+        is_b = (s[cand] <= cmin) & live[cand]
+        bmask = jnp.zeros(L + 2, bool).at[cand].set(is_b)[: L + 1]
+        # a flow on several bottlenecks of this pass is charged to the lowest-index one
+        desig = jnp.min(jnp.where(bmask[r[fl]], r[fl], L + 1), axis=-1)
+        sel = is_b[:, None] & act & (desig == cand[:, None])
+        fl, row = fl.reshape(-1), jnp.repeat(cand, D)
+        if K < B * D:  # freeze the first K selected flows; the rest wait for a later pass (see above)
+            (pos,) = jnp.nonzero(sel.reshape(-1), size=K, fill_value=B * D)
+            sel = pos < B * D
+            fl, row = jnp.append(fl, F)[pos], jnp.append(row, L)[pos]
+        else:
+            sel = sel.reshape(-1)
+        freeze_f = jnp.where(sel, fl, F)
+        pass_f = pass_f.at[freeze_f].set(p)
+        bneck = bneck.at[freeze_f].set(row)
+        acc = release(acc, fl, jnp.where(sel, w[fl] * s[row], 0), sel)
+        new_active = active.at[freeze_f].set(False)
+        # each frozen flow is selected once (in its designated bottleneck's row; the dummy row is empty)
+        n_active = n_active - jnp.sum(sel, dtype=jnp.int32)
+        if t.cap_order is not None:
+            cw = jax.lax.dynamic_slice(t.cap_order, (ptr,), (Bc,))
+            cfree = active[cw] & (cap_level[cw] <= flow_level(cw, s)) & ~jnp.any(bmask[r[cw]], axis=-1)
+            cfree_f = jnp.where(cfree, cw, F)
+            crate = w[cw] * cap_level[cw]
+            pass_f = pass_f.at[cfree_f].set(p)
+            bneck = bneck.at[cfree_f].set(L)
+            acc = release(acc, cw, crate, cfree)
+            new_active = new_active.at[cfree_f].set(False)
+            n_active = n_active - jnp.sum(cfree, dtype=jnp.int32)  # cap window entries are distinct flows
+            done = ~new_active[cw]
+            ptr = jnp.minimum(ptr + jnp.sum(jnp.cumprod(done), dtype=jnp.int32), F)
+        return pass_f, bneck, acc, new_active, n_active, ptr, bmask
+
+    def by_ties(st, live, s):
+        # Every link at the minimum share is a local bottleneck without reading its flows (when no
+        # active flow's cap is below it), so a collective's many equal links freeze in one pass
+        # instead of ``candidates`` per pass; this pass reads every flow once.
+        s_min = jnp.min(s)
+        tied = live & (s == s_min)
+        on_tied = tied[r]  # [F+1, H]
+        fz = st.active & jnp.any(on_tied, axis=1)
+        b = jnp.min(jnp.where(on_tied, r, L + 1), axis=1)
+        vals = jnp.stack([jnp.where(fz, -w, 0), jnp.where(fz, -1, 0).astype(dtype),
+                          jnp.where(fz, w * s_min, 0)], axis=-1)
+        acc = st.acc.at[r.reshape(-1)].add(jnp.repeat(vals, r.shape[1], axis=0))
+        return (jnp.where(fz, st.p, st.pass_f), jnp.where(fz, b, st.bneck), acc, st.active & ~fz,
+                st.n_active - jnp.sum(fz, dtype=jnp.int32), st.ptr, tied)
+
+    def step(freeze, carry):  # one pass: record the snapshot, freeze, record the new bottleneck links
+        st, sn, live, s, _ = carry
+        if sn is not None:
+            sn = Snapshots(sn.rows.at[st.p].set(st.acc + stamp, mode="drop"), sn.ptr.at[st.p].set(st.ptr, mode="drop"))
+        pass_f, bneck, acc, active, n_active, ptr, bmask = freeze(st, live, s)
+        new_link = bmask & (st.pass_l < 0)
+        st = FillState(st.p + 1, n_active, ptr, active, acc, pass_f, bneck, jnp.where(new_link, st.p, st.pass_l),
+                       jnp.where(new_link, s, st.share), jnp.where(new_link, st.acc[:, 0], st.wat))
+        return (st, sn) + shares(st)
+
+    # Candidate passes run in an inner loop that stops where many links tie; the outer loop then takes
+    # one tie pass. Two loops instead of a per-pass branch: a branch copies the per-flow arrays each pass.
     max_passes = s0.p + F + F // max(Bc, 1) + 2
-    st, snaps = jax.lax.while_loop(lambda c: (c[0].n_active > 0) & (c[0].p < max_passes), body, (s0, snaps))
+    go = lambda c: (c[0].n_active > 0) & (c[0].p < max_passes)  # noqa: E731
+    candidate_passes = lambda c: jax.lax.while_loop(lambda c: go(c) & ~c[4], functools.partial(step, by_candidates), c)  # noqa: E731
+    carry = candidate_passes((s0, snaps) + shares(s0))
+    st, snaps, *_ = jax.lax.while_loop(go, lambda c: candidate_passes(step(by_ties, c)), carry)
     st = st._replace(share=eqx.error_if(st.share, st.n_active > 0, _NO_PROGRESS))
     return st, snaps
 
