@@ -68,6 +68,34 @@ def test_fat_tree_with_distinct_sizes_matches_oracle():
 
 
 
+
+def test_deferred_freezing_with_caps_and_staggered_starts_matches_oracle(monkeypatch):
+    # Passes may freeze only 3 flows each: most flows freeze passes after their bottleneck, so re-fills
+    # must start at the earliest pass of any link a completed flow crossed while it was active.
+    from flowmodel import _maxmin
+    ft = fm.fabric.fat_tree(4, heterogeneity=0.5, seed=3)
+    rng = np.random.default_rng(4)
+    F = 120
+    src, dst = fm.fabric.random_pairs(ft.num_hosts, F, rng)
+    routes = ft.route(src, dst, rng)
+    sizes = np.exp(rng.uniform(np.log(1e6), np.log(1e9), F))
+    lim = np.where(rng.random(F) < 0.3, rng.uniform(5e9, 3e10, F), np.inf)
+    start = rng.uniform(0, 0.02, F)
+    monkeypatch.setattr(_maxmin, "freeze_slots", lambda candidates, degree: min(candidates * degree, 3))
+    jax.clear_caches()  # programs compiled with the usual slots must not be reused
+    try:
+        members = _maxmin.link_members(routes, ft.capacity.size)
+        _, st = _maxmin._structure_jit(jnp.asarray(routes), members, jnp.asarray(ft.capacity), jnp.ones(F),
+                                       jnp.asarray(lim), _fluid._CANDIDATES, True)
+        bneck = np.asarray(st.bottleneck)
+        on_link = bneck < ft.capacity.size
+        assert (np.asarray(st.pass_of_flow)[on_link] > np.asarray(st.pass_of_link)[bneck[on_link]]).sum() >= 20
+        got = np.asarray(fm.completion_times(routes, sizes, ft.capacity, rate_limit=lim, start_times=start))
+    finally:
+        jax.clear_caches()
+    want = oracle(routes, sizes, ft.capacity, rate_limit=lim, start_times=start)
+    np.testing.assert_allclose(got, want, rtol=1e-9)
+
 @pytest.mark.parametrize("rows", [1, 3, 256])
 def test_every_way_a_refill_resumes_matches_oracle(monkeypatch, rows):
     # After completions the solve resumes at the earliest completed flow's pass: from a snapshot when
