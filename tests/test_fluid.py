@@ -9,7 +9,7 @@ import pytest
 from conftest import random_instance
 
 import flowmodel as fm
-from flowmodel import _fluid
+from flowmodel import _fluid, _maxmin
 from flowmodel._fluid import event_count
 from flowmodel.reference import completion_times as oracle
 
@@ -38,6 +38,16 @@ def test_equal_flows_finish_in_one_event():
     np.testing.assert_allclose(finish, np.full(n, 1e9 / (50e9 / n)), rtol=1e-12)
 
 
+def fat_tree_flows(fabric_seed, seed, F):
+    """k=4 fat-tree (heterogeneous capacities), F random host pairs on ECMP paths, log-uniform sizes
+    1 MB - 1 GB; also returns the generator for the test's further draws."""
+    ft = fm.fabric.fat_tree(4, heterogeneity=0.5, seed=fabric_seed)
+    rng = np.random.default_rng(seed)
+    src, dst = fm.fabric.random_pairs(ft.num_hosts, F, rng)
+    routes = ft.route(src, dst, rng)
+    return ft, rng, routes, np.exp(rng.uniform(np.log(1e6), np.log(1e9), F))
+
+
 @pytest.mark.parametrize("caps, starts, latency", [(0.0, False, False), (0.3, False, False),
                                                      (0.3, True, False), (0.3, True, True)])
 def test_matches_oracle_on_random_instances(caps, starts, latency):
@@ -57,56 +67,39 @@ def test_matches_oracle_on_random_instances(caps, starts, latency):
 
 
 def test_fat_tree_with_distinct_sizes_matches_oracle():
-    ft = fm.fabric.fat_tree(4, heterogeneity=0.5, seed=1)
-    rng = np.random.default_rng(2)
-    src, dst = fm.fabric.random_pairs(ft.num_hosts, 150, rng)
-    routes = ft.route(src, dst, rng)
-    sizes = np.exp(rng.uniform(np.log(1e6), np.log(1e9), 150))
+    ft, rng, routes, sizes = fat_tree_flows(1, 2, 150)
     start = rng.uniform(0, 0.02, 150)
     got = np.asarray(fm.completion_times(routes, sizes, ft.capacity, start_times=start))
     np.testing.assert_allclose(got, oracle(routes, sizes, ft.capacity, start_times=start), rtol=1e-9)
 
 
-
-
 def test_deferred_freezing_with_caps_and_staggered_starts_matches_oracle(monkeypatch):
     # Passes may freeze only 3 flows each: most flows freeze passes after their bottleneck, so re-fills
     # must start at the earliest pass of any link a completed flow crossed while it was active.
-    from flowmodel import _maxmin
-    ft = fm.fabric.fat_tree(4, heterogeneity=0.5, seed=3)
-    rng = np.random.default_rng(4)
     F = 120
-    src, dst = fm.fabric.random_pairs(ft.num_hosts, F, rng)
-    routes = ft.route(src, dst, rng)
-    sizes = np.exp(rng.uniform(np.log(1e6), np.log(1e9), F))
+    ft, rng, routes, sizes = fat_tree_flows(3, 4, F)
     lim = np.where(rng.random(F) < 0.3, rng.uniform(5e9, 3e10, F), np.inf)
     start = rng.uniform(0, 0.02, F)
     monkeypatch.setattr(_maxmin, "freeze_slots", lambda candidates, degree: min(candidates * degree, 3))
-    jax.clear_caches()  # programs compiled with the usual slots must not be reused
-    try:
-        members = _maxmin.link_members(routes, ft.capacity.size)
-        _, st = _maxmin._structure_jit(jnp.asarray(routes), members, jnp.asarray(ft.capacity), jnp.ones(F),
-                                       jnp.asarray(lim), _fluid._CANDIDATES, True)
-        bneck = np.asarray(st.bottleneck)
-        on_link = bneck < ft.capacity.size
-        assert (np.asarray(st.pass_of_flow)[on_link] > np.asarray(st.pass_of_link)[bneck[on_link]]).sum() >= 20
-        got = np.asarray(fm.completion_times(routes, sizes, ft.capacity, rate_limit=lim, start_times=start))
-    finally:
-        jax.clear_caches()
+    args = _fluid._prepare_fluid(routes, sizes, ft.capacity, None, lim, start, None, True)
+    # fresh traces, so that programs compiled with the usual slots are not reused
+    structure = jax.jit(lambda *a: _maxmin._forward(*a, _fluid._CANDIDATES, True)[1])
+    st = structure(*args[:2], *args[3:6])
+    bneck = np.asarray(st.bottleneck)
+    on_link = bneck < ft.capacity.size
+    assert (np.asarray(st.pass_of_flow)[on_link] > np.asarray(st.pass_of_link)[bneck[on_link]]).sum() >= 20
+    finish, _ = jax.jit(lambda *a: _fluid._simulate(*a, has_caps=True))(*args[:-1])
     want = oracle(routes, sizes, ft.capacity, rate_limit=lim, start_times=start)
-    np.testing.assert_allclose(got, want, rtol=1e-9)
+    np.testing.assert_allclose(np.asarray(finish), want, rtol=1e-9)
+
 
 @pytest.mark.parametrize("rows", [1, 3, 256])
 def test_every_way_a_refill_resumes_matches_oracle(monkeypatch, rows):
     # After completions the solve resumes at the earliest completed flow's pass: from a snapshot when
     # that pass has one (rows), else by re-counting the kept flows. Caps move the cap window, equal
     # sizes complete together (many at once), late starts force solves from scratch.
-    ft = fm.fabric.fat_tree(4, heterogeneity=0.5, seed=5)
-    rng = np.random.default_rng(6)
     F = 240
-    src, dst = fm.fabric.random_pairs(ft.num_hosts, F, rng)
-    routes = ft.route(src, dst, rng)
-    sizes = np.exp(rng.uniform(np.log(1e6), np.log(1e9), F))
+    ft, rng, routes, sizes = fat_tree_flows(5, 6, F)
     sizes[:40] = 3e8  # equal flows: several complete in one event
     limit = np.where(rng.random(F) < 0.3, rng.uniform(2e9, 2e10, F), np.inf)
     start = np.where(rng.random(F) < 0.1, rng.uniform(0, 0.05, F), 0.0)
