@@ -1,10 +1,16 @@
-"""Command line: ``flowmodel run|optimize|sweep CONFIG --out DIR``.
+"""Command line: ``flowmodel run|optimize|sweep|failures CONFIG --out DIR``.
+
+Every command prepares the scenario once (``scenario.prepare``) and evaluates it through the same
+function (``Model.fleet``): ``run`` at the scenario's own network, ``optimize`` over its knobs,
+``sweep`` over its grid, ``failures`` on each failed fabric.
+
 
 ``run`` writes ``DIR/result.json`` with ``step_time_s`` (the slowest training job's step), its
 ``breakdown`` (seconds), every job's figures and the KV transfer time of every inference service.
 ``optimize`` writes ``baseline_step_time_s``, ``optimized_step_time_s``, ``parameters`` (name ->
 value and unit), ``history`` and ``DIR/loss.png`` and ``DIR/breakdown.png``. ``sweep`` writes
-``DIR/sweep.csv``, ``DIR/sweep.json`` and ``DIR/sweep.png``. A bad config exits with
+``DIR/sweep.csv``, ``DIR/sweep.json`` and ``DIR/sweep.png``. ``failures`` writes every job's healthy,
+per-failure, expected, p99 and worst step time and the failures that disconnect it. A bad config exits with
 status 2 and one line naming the key; outputs are written atomically.
 """
 
@@ -16,15 +22,6 @@ import sys
 import time
 
 import numpy as np
-
-
-def _setup(scenario):
-    from . import fabric, routing
-
-    network, info = fabric.compile_fabric(fabric.build(scenario.fleet))
-    r = scenario.routing
-    router = routing.Router(info, max_paths=r["max_paths"], site_paths=r["site_paths"], seed=r["seed"])
-    return network, info, router
 
 
 def _floats(d: dict) -> dict:
@@ -40,35 +37,40 @@ def _table(rows: list[tuple[str, float]], title: str, quiet: bool) -> None:
         print(f"  {name:<12} {value:>10.4f} s  {value / total:>6.1%}")
 
 
-def _fleet_result(scenario, network, info, router) -> dict:
-    from . import steptime
-
-    policy = scenario.routing["policy"]
-    res = steptime.evaluate_fleet(list(scenario.training), network, info, router, inference=scenario.inference,
-                                  background=scenario.background, policy=policy, seed=scenario.routing["seed"],
-                                  alpha=scenario.alpha, congestion=scenario.congestion)
+def _fleet_result(model, fleet) -> dict:
+    """result.json's figures of an evaluated fleet."""
+    domains = {plan.job.name: plan.domains for plan in model.plans}
     jobs = {name: {"step_time_s": float(r.step_time), "breakdown": _floats(r.breakdown),
                    "by_domain": _floats(r.by_domain),
-                   "collectives": {k: {key: (val if isinstance(val, str) else float(val)) for key, val in v.items()}
-                                   for k, v in r.collectives.items()}}
-            for name, r in res.steps.items()}
+                   "collectives": {k: {**_floats(v), "domain": domains[name][k]} for k, v in r.collectives.items()}}
+            for name, r in fleet.steps.items()}
     slowest = max(jobs, key=lambda n: jobs[n]["step_time_s"]) if jobs else None
-    return {"scenario": scenario.name,
+    return {"scenario": model.scenario.name,
             "step_time_s": jobs[slowest]["step_time_s"] if slowest else None,
             "breakdown": jobs[slowest]["breakdown"] if slowest else {},
-            "critical_job": slowest, "jobs": jobs, "kv_transfer_s": res.kv_transfer_s,
-            "fixed_point": {"iterations": res.iterations, "converged": res.converged}}
+            "critical_job": slowest, "jobs": jobs, "kv_transfer_s": _floats(fleet.kv_transfer_s),
+            "fixed_point": {"iterations": fleet.iterations, "converged": bool(fleet.converged),
+                            "last_change": float(fleet.change)}}
+
+
+def _prepare(scenario, quiet: bool):
+    from .scenario import prepare
+
+    model = prepare(scenario, progress=None if quiet else lambda stage: print(f"[{stage}]", flush=True))
+    if not quiet:
+        print(f"{scenario.name}: {scenario.fleet.num_gpus} GPUs, {model.info.num_links} links, "
+              f"{len(model.plans)} training job(s)", flush=True)
+    return model
 
 
 def cmd_run(scenario, out: str, quiet: bool) -> dict:
     from ._io import write_json_atomic
 
     t0 = time.perf_counter()
-    network, info, router = _setup(scenario)
-    result = _fleet_result(scenario, network, info, router)
+    model = _prepare(scenario, quiet)
+    result = _fleet_result(model, model.evaluate())
     result["seconds"] = time.perf_counter() - t0
     if not quiet:
-        print(f"{scenario.name}: {scenario.fleet.num_gpus} GPUs, {info.num_links} links")
         for name, job in result["jobs"].items():
             _table(list(job["breakdown"].items()), f"{name}: step time {job['step_time_s']:.4f} s", quiet)
         for name, seconds in result["kv_transfer_s"].items():
@@ -78,44 +80,38 @@ def cmd_run(scenario, out: str, quiet: bool) -> dict:
 
 
 def cmd_optimize(scenario, out: str, quiet: bool) -> dict:
-    import jax.numpy as jnp
     import optax
 
-    from . import optimize, plots, steptime
+    from . import optimize, plots
     from ._io import write_json_atomic
 
     if scenario.optimize is None:
-        raise SystemExit("config: has no optimize section")
+        raise ValueError("optimize: the config has no optimize section")
     if not scenario.training:
-        raise SystemExit("config: optimize needs at least one training job")
-    network, info, router = _setup(scenario)
-    policy, seed = scenario.routing["policy"], scenario.routing["seed"]
-    plans = [steptime.plan_training(job, info, router, policy=policy, seed=seed) for job in scenario.training]
-    fixed = steptime.constant_load(router, scenario.inference, scenario.background, policy=policy, seed=seed)
-    background = jnp.asarray(fixed) if fixed.any() else None
-    objective, exact = optimize.training_objective(plans, sharpness=scenario.sharpness, background=background,
-                                                   alpha=scenario.alpha, congestion=scenario.congestion)
-    space = optimize.Space(info, scenario.knobs, scenario.cost)
+        raise ValueError("workloads.training: optimize needs at least one training job")
+    model = _prepare(scenario, quiet)
     o = scenario.optimize
+    space = optimize.Space(model.info, o.knobs, o.cost)
+    objective, exact = model.objective()
     from tqdm import tqdm
 
-    with tqdm(total=o["steps"] * o["restarts"], desc="optimize", disable=quiet, leave=False) as bar:
-        res = optimize.minimize(objective, network, space, exact=exact, budget=o["budget"], steps=o["steps"],
-                                optimizer=optax.adam(o["learning_rate"]), restarts=o["restarts"], seed=o["seed"],
+    with tqdm(total=o.steps * o.restarts, desc="optimize", disable=quiet, leave=False) as bar:
+        res = optimize.minimize(objective, model.network, space, exact=exact, budget=o.budget, steps=o.steps,
+                                optimizer=optax.adam(o.learning_rate), restarts=o.restarts, seed=o.seed,
                                 callback=lambda i, v: (bar.update(1), bar.set_postfix(objective=f"{v:.4g}")))
-    rounded = any(k.allowed for k in scenario.knobs)
+    rounded = any(k.allowed for k in o.knobs)
     if rounded:
-        res = optimize.round_to_allowed(res, network, space, exact, budget=o["budget"])
-    options = dict(background=background, alpha=scenario.alpha, congestion=scenario.congestion)
-    before = steptime.step_time(plans[0], network, **options)
-    after = steptime.step_time(plans[0], res.network, **options)
+        res = optimize.round_to_allowed(res, model.network, space, exact, budget=o.budget)
+    before, after = model.evaluate(), model.evaluate(res.network, logits=res.logits)
+    critical = lambda fleet: max(fleet.steps.values(), key=lambda r: float(r.step_time))  # noqa: E731
     result = {"scenario": scenario.name, "baseline_step_time_s": res.baseline,
               "optimized_step_time_s": res.optimized, "parameters": res.parameters,
-              "baseline_parameters": {k.group: {"value": info.groups[k.group].value, "unit": info.groups[k.group].unit}
-                                      for k in scenario.knobs},
-              "cost": res.cost, "budget": o["budget"], "history": [float(h) for h in res.history],
+              "baseline_parameters": {k.group: {"value": model.info.groups[k.group].value,
+                                                "unit": model.info.groups[k.group].unit} for k in o.knobs},
+              "cost": res.cost, "budget": o.budget, "history": [float(h) for h in res.history],
               "restarts": res.restarts, "rounded": rounded,
-              "baseline_breakdown": _floats(before.breakdown), "optimized_breakdown": _floats(after.breakdown)}
+              "baseline_breakdown": _floats(critical(before).breakdown),
+              "optimized_breakdown": _floats(critical(after).breakdown)}
     plots.loss_curve(res.history, os.path.join(out, "loss.png"))
     plots.breakdown_bars({"baseline": result["baseline_breakdown"], "optimized": result["optimized_breakdown"]},
                          os.path.join(out, "breakdown.png"))
@@ -123,36 +119,49 @@ def cmd_optimize(scenario, out: str, quiet: bool) -> dict:
     if not quiet:
         print(f"{scenario.name}: step time {res.baseline:.4f} s -> {res.optimized:.4f} s "
               f"({res.optimized / res.baseline - 1:+.1%}), cost {res.cost:.6g}"
-              + (f" of budget {o['budget']:.6g}" if o["budget"] is not None else ""))
+              + (f" of budget {o.budget:.6g}" if o.budget is not None else ""))
         for name, p in res.parameters.items():
             base = result["baseline_parameters"][name]["value"]
             print(f"  {name:<24} {base:>12.5g} -> {p['value']:>12.5g} {p['unit']}")
     return result
 
 
+def sweep_evaluation(model):
+    """The sweep's function of one point (link group -> value): the scenario's exact step time and
+    the slowest job's breakdown, on the network with those groups set."""
+    import jax.numpy as jnp
+
+    from . import fabric
+
+    options = model.options.exact()
+
+    def evaluate(point):
+        fleet = model.fleet(fabric.apply_groups(model.network, model.info, point), options)
+        steps = list(fleet.steps.values())
+        times = jnp.stack([r.step_time for r in steps])
+        slowest = jnp.argmax(times)
+        parts = {k: jnp.stack([jnp.asarray(r.breakdown[k]) for r in steps])[slowest] for k in steps[0].breakdown}
+        return {"step_time_s": times[slowest], **{f"{k}_s": v for k, v in parts.items()}}
+
+    return evaluate
+
+
 def cmd_sweep(scenario, out: str, quiet: bool) -> dict:
-    from . import fabric, plots, steptime, sweep
+    from . import plots, sweep
 
     if scenario.sweep is None:
-        raise SystemExit("config: has no sweep section")
+        raise ValueError("sweep: the config has no sweep section")
     if not scenario.training:
-        raise SystemExit("config: sweep needs at least one training job")
-    network, info, router = _setup(scenario)
-    plan = steptime.plan_training(scenario.training[0], info, router, policy=scenario.routing["policy"],
-                                  seed=scenario.routing["seed"])
-    for group in scenario.sweep["grid"]:
-        if group not in info.groups:
-            raise ValueError(f"sweep.grid.{group}: unknown link group; known: {', '.join(sorted(info.groups))}")
-
-    def evaluate(p):
-        res = steptime.step_time(plan, fabric.apply_groups(network, info, p), alpha=scenario.alpha,
-                                 congestion=scenario.congestion)
-        return {"step_time_s": res.step_time, **{f"{k}_s": v for k, v in res.breakdown.items()}}
-
-    points = sweep.grid(**scenario.sweep["grid"])
-    table = sweep.sweep(evaluate, points, chunk=scenario.sweep["chunk"], progress=not quiet)
+        raise ValueError("workloads.training: sweep needs at least one training job")
+    model = _prepare(scenario, quiet)
+    axes = scenario.sweep.axes
+    for group in axes:
+        if group not in model.info.groups:
+            raise ValueError(f"sweep.grid.{group}: unknown link group; known: {', '.join(sorted(model.info.groups))}")
+    points = sweep.grid(**axes)
+    table = sweep.sweep(sweep_evaluation(model), points, chunk=scenario.sweep.chunk, progress=not quiet)
     csv_path, json_path = sweep.write_table(table, out)
-    names = list(scenario.sweep["grid"])
+    names = list(axes)
     plots.sweep_lines(table, names, "step_time_s", os.path.join(out, "sweep.png"))
     if not quiet:
         best = int(np.argmin(table["step_time_s"]))
@@ -163,14 +172,46 @@ def cmd_sweep(scenario, out: str, quiet: bool) -> dict:
     return table
 
 
+def cmd_failures(scenario, out: str, quiet: bool) -> dict:
+    from . import resilience
+    from ._io import write_json_atomic
+
+    if scenario.failures is None:
+        raise ValueError("failures: the config has no failures section")
+    if not scenario.training:
+        raise ValueError("workloads.training: failures needs at least one training job")
+    model = _prepare(scenario, quiet)
+    scenarios = resilience.failure_scenarios(model)
+    if not quiet:
+        print(f"[evaluate {len(scenarios)} failure scenarios]", flush=True)
+    report = resilience.evaluate_failures(model, scenarios)
+    jobs = {name: {"healthy_step_time_s": report.healthy[name],
+                   "step_time_s": dict(zip(report.scenarios, (float(t) for t in report.step_times[name]))),
+                   "expected_step_time_s": report.expected[name], "p99_step_time_s": report.p99[name],
+                   "worst": {"scenario": report.worst[name][0], "step_time_s": report.worst[name][1]},
+                   "disconnected": report.disconnected[name]} for name in report.step_times}
+    result = {"scenario": scenario.name, "failures": report.scenarios, "jobs": jobs}
+    write_json_atomic(os.path.join(out, "result.json"), result)
+    if not quiet:
+        for name, job in jobs.items():
+            print(f"\n{name}: healthy {job['healthy_step_time_s']:.4f} s, expected {job['expected_step_time_s']:.4f} s,"
+                  f" p99 {job['p99_step_time_s']:.4f} s, worst {job['worst']['scenario']}; "
+                  f"{len(job['disconnected'])} scenario(s) disconnect it")
+    return result
+
+
+COMMANDS = {"run": (cmd_run, "step time of every workload in a scenario"),
+            "optimize": (cmd_optimize, "minimise step time over the scenario's knobs under its budget"),
+            "sweep": (cmd_sweep, "step time over the scenario's sweep grid (vmapped, sharded over devices)"),
+            "failures": (cmd_failures, "step time under each failure of the scenario's failures section")}
+
+
 def main(argv: list[str] | None = None) -> int:
     from .config import ConfigError, load
 
     ap = argparse.ArgumentParser(prog="flowmodel", description="Flow-level model of AI fleet networks.")
     sub = ap.add_subparsers(dest="command", required=True)
-    for name, text in (("run", "step time of every workload in a scenario"),
-                       ("optimize", "minimise step time over the scenario's knobs under its budget"),
-                       ("sweep", "step time over the scenario's sweep grid (vmapped, sharded over devices)")):
+    for name, (_, text) in COMMANDS.items():
         p = sub.add_parser(name, help=text)
         p.add_argument("config")
         p.add_argument("--out", default=None, help="output folder (default out/<config name>)")
@@ -182,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     jax.config.update("jax_enable_x64", True)
     try:
         scenario = load(args.config)
-        {"run": cmd_run, "optimize": cmd_optimize, "sweep": cmd_sweep}[args.command](scenario, out, args.quiet)
+        COMMANDS[args.command][0](scenario, out, args.quiet)
     except (ConfigError, ValueError) as e:
         print(f"flowmodel: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2

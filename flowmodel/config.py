@@ -42,8 +42,9 @@ import yaml
 from . import _units
 from .fabric import Clos, Fleet, LongHaul, ScaleUp, Site, full_mesh, ring
 from .optimize import CostModel, Knob
-from .steptime import Background, Congestion, Inference
-from .traffic import Model, Parallelism, Training, llama3_405b
+from .scenario import FailureSet, Routing, Scenario, Search, SweepGrid
+from .steptime import Congestion, Options
+from .traffic import Background, Inference, Model, Parallelism, Training, llama3_405b
 
 
 class ConfigError(ValueError):
@@ -86,8 +87,10 @@ INFERENCE = {"name": ("str", REQUIRED), "model": ("model", REQUIRED), "prefill":
 BACKGROUND = {"name": ("str", REQUIRED), "src": ("ints", REQUIRED), "dst": ("ints", REQUIRED),
               "rate": ("bandwidth", REQUIRED)}
 WORKLOADS = {"training": ([TRAINING], None), "inference": ([INFERENCE], None), "background": ([BACKGROUND], None)}
-OPTIONS = {"sharpness": ("float", 64.0), "alpha": ("time", 0.0), "window": ("size", None), "queueing": ("bool", False),
-           "packet": ("size", None), "buffer": ("size", None)}
+OPTIONS = {"sharpness": ("float", 64.0), "step_latency": ("time", 0.0), "window": ("size", None),
+           "queueing": ("bool", False), "packet": ("size", None), "buffer": ("size", None),
+           "fleet_iterations": ("int", 8)}
+RENAMED = {"model.alpha": "model.step_latency"}  # old key -> new key: a clear error, never ignored
 KNOB = {"group": ("str", REQUIRED), "lower": ("knob", REQUIRED), "upper": ("knob", REQUIRED),
         "allowed": ("knobs", None)}
 COST = {"per_gbps": ("prices", None), "per_gbps_km": ("float", 0.0)}
@@ -161,6 +164,9 @@ def _read(obj, spec: dict, where: str) -> dict:
     if not isinstance(obj, dict):
         _fail(where, f"expected a mapping, got {obj!r}")
     for key in obj:
+        path = f"{where}.{key}" if where else str(key)
+        if path in RENAMED:
+            _fail(path, f"was renamed to {RENAMED[path]!r} (the same per-step latency, with units)")
         if key not in spec:
             close = difflib.get_close_matches(str(key), list(spec), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(spec)}"
@@ -184,41 +190,26 @@ def _read(obj, spec: dict, where: str) -> dict:
     return out
 
 
-def _make(cls, fields: dict, where: str):
-    """``cls(**fields)``; its own ValueError is re-raised with the key path in front."""
+def _make(cls, fields: dict, where: str, alias: str | None = None):
+    """``cls(**fields)``; its own ValueError is re-raised with the key path in front (``alias``: the
+    name the class's messages use for the section at ``where``, e.g. ``options`` for ``model``)."""
     try:
         return cls(**fields)
     except ValueError as e:
         message = str(e)
+        if not where:
+            raise ConfigError(message) from None
         last = where.rsplit(".", 1)[-1]
         base = last.split("[", 1)[0]
         head = re.match(r"^([A-Za-z_]+)(?=[.:\[])", message)
+        if head and alias is not None and head.group(1) == alias:
+            message, head = base + message[len(alias):], re.match(r"^([A-Za-z_]+)", base)
         if head and head.group(1) == base:  # "scale_out.ratio[1]: ..." under "...scale_out" -> one path
             message = message[len(base):]
             if message.startswith("[") and "[" in last:  # the index is already in the path
                 message = message[message.index("]") + 1:]
             raise ConfigError(f"{where}{message}") from None
         raise ConfigError(f"{where}: {message}") from None
-
-
-@dataclasses.dataclass(frozen=True)
-class Scenario:
-    """A loaded scenario: flowmodel objects ready for the step-time and optimizer layers."""
-
-    name: str
-    fleet: Fleet
-    routing: dict
-    training: tuple[Training, ...]
-    inference: tuple[Inference, ...]
-    background: tuple[Background, ...]
-    sharpness: float
-    alpha: float
-    optimize: dict | None
-    knobs: tuple[Knob, ...]
-    cost: CostModel | None
-    sweep: dict | None = None
-    failures: dict | None = None
-    congestion: Congestion | None = None  # window limit and queueing (model.window, model.queueing)
 
 
 def _sites(raw: list, where: str) -> list[Site]:
@@ -294,20 +285,17 @@ def parse(data: Any) -> Scenario:
         if max(job.ranks) >= total:
             _fail(f"workloads.training[{i}]", f"needs GPUs {min(job.ranks)}..{max(job.ranks)}, the fabric has {total}")
 
-    opt, knobs, cost = raw["optimize"], (), None
+    routing = _make(Routing, fab["routing"], "fabric.routing")
+    search = None
+    opt = raw["optimize"]
     if opt is not None:
         knobs = tuple(_make(Knob, dict(group=k["group"], lower=k["lower"], upper=k["upper"],
                                        allowed=None if k["allowed"] is None else tuple(k["allowed"])),
                             f"optimize.knobs[{i}]") for i, k in enumerate(opt["knobs"]))
-        cost = CostModel(per_gbps=opt["cost"].get("per_gbps") or {}, per_gbps_km=opt["cost"].get("per_gbps_km", 0.0))
-        for key in ("steps", "restarts"):
-            if opt[key] < 1:
-                _fail(f"optimize.{key}", f"must be >= 1, got {opt[key]}")
-        if opt["budget"] is not None and opt["budget"] <= 0:
-            _fail("optimize.budget", f"must be > 0, got {opt['budget']}")
+        cost = _make(CostModel, dict(per_gbps=opt["cost"]["per_gbps"] or {}, per_gbps_km=opt["cost"]["per_gbps_km"]),
+                     "optimize.cost")
+        search = _make(Search, dict(opt, knobs=knobs, cost=cost), "optimize")
     options = raw["model"]
-    if options["sharpness"] <= 0:
-        _fail("model.sharpness", f"must be > 0, got {options['sharpness']}")
     for key in ("window", "packet", "buffer"):
         if options[key] is not None and options[key] <= 0:
             _fail(f"model.{key}", f"must be > 0 bytes, got {options[key]}")
@@ -317,27 +305,17 @@ def parse(data: Any) -> Scenario:
     congestion = None
     if options["window"] is not None or options["queueing"]:
         queue = {} if options["packet"] is None else {"packet_bytes": options["packet"]}
-        congestion = Congestion(window=options["window"], queueing=options["queueing"],
-                                buffer_bytes=options["buffer"], **queue)
+        congestion = _make(Congestion, dict(window=options["window"], queueing=options["queueing"],
+                                            buffer_bytes=options["buffer"], **queue), "model", "congestion")
+    model_options = _make(Options, dict(sharpness=options["sharpness"], step_latency=options["step_latency"],
+                                        congestion=congestion, fleet_iterations=options["fleet_iterations"]), "model", "options")
     sw = raw["sweep"]
-    if sw is not None:
-        for group, values in sw["grid"].items():
-            if not values or min(values) <= 0:
-                _fail(f"sweep.grid.{group}", f"needs positive values, got {values}")
-        if sw["chunk"] is not None and sw["chunk"] < 1:
-            _fail("sweep.chunk", f"must be >= 1, got {sw['chunk']}")
+    sweep = None if sw is None else _make(SweepGrid, dict(grid=tuple(sw["grid"].items()), chunk=sw["chunk"]), "sweep")
     fl = raw["failures"]
-    if fl is not None:
-        if not (0 < fl["probability"] <= 1):
-            _fail("failures.probability", f"must be in (0, 1], got {fl['probability']}")
-        if fl["fraction"] is not None and not (0 < fl["fraction"] <= 1):
-            _fail("failures.fraction", f"must be in (0, 1], got {fl['fraction']}")
-        if not (fl["tiers"] or fl["switch_kinds"] or fl["sites"]):
-            _fail("failures", "names nothing to fail (tiers, switch_kinds or sites)")
-    return Scenario(name=raw["name"], fleet=fleet, routing=fab["routing"], training=tuple(training),
-                    inference=tuple(inference), background=tuple(background), sharpness=options["sharpness"],
-                    alpha=options["alpha"], optimize=opt, knobs=knobs, cost=cost, sweep=sw, failures=fl,
-                    congestion=congestion)
+    failures = None if fl is None else _make(FailureSet, dict(fl), "failures")
+    return _make(Scenario, dict(name=raw["name"], fleet=fleet, routing=routing, training=tuple(training),
+                                inference=tuple(inference), background=tuple(background), options=model_options,
+                                optimize=search, sweep=sweep, failures=failures), "")
 
 
 def load(path: str) -> Scenario:

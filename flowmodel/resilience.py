@@ -1,11 +1,13 @@
 """Failures and what they cost: step time over failure scenarios, expected and tail.
 
 A :class:`Failure` names what breaks (cables, link groups, switches, sites, or cables degraded to a
-fraction of their capacity) and its probability weight. ``evaluate_failures`` applies each scenario
-to the fabric graph, re-compiles and re-routes (the routing policy moves traffic to surviving paths),
-re-plans every job and evaluates their step times; a job that loses a GPU or a path is reported as
-disconnected (step time ``inf``), never dropped. ``degraded_step_times`` is the batched form for
-capacity-only scenarios (no re-routing): one ``vmap`` over capacity masks.
+fraction of their capacity) and its probability weight. ``evaluate_failures(model, failures)``
+applies each one to the prepared scenario's fabric graph and prepares the scenario again on it
+(``scenario.prepare``: re-compiled, re-routed with the scenario's routing, every workload re-planned),
+then evaluates it with the scenario's options: the healthy case is the scenario's own evaluation. A
+job that loses a GPU or a path (``routing.Unreachable``) is reported as disconnected (step time
+``inf``), never dropped. ``degraded_step_times`` is the batched form for capacity-only scenarios (no
+re-routing): one ``vmap`` over capacity masks.
 
 >>> from flowmodel import fabric as fb, resilience
 >>> fleet = fb.Fleet(sites=(fb.Site("a"), fb.Site("b"), fb.Site("c")),
@@ -24,11 +26,9 @@ import jax.numpy as jnp
 import networkx as nx
 import numpy as np
 
-from .fabric import compile_fabric, fail
-from .fabric._network import Network
-from .routing import Router
-from .steptime import evaluate_fleet, plan_training, step_time
-from .traffic import Training
+from .fabric import Network, apply_groups, fail, group_values
+from .scenario import Model, prepare
+from .steptime import Options
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,48 +127,43 @@ def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> flo
     return float(values[order][min(np.searchsorted(cum, q), values.size - 1)])
 
 
-def evaluate_failures(g: nx.DiGraph, jobs: Sequence[Training], scenarios: Sequence[Failure], *,
-                      policy: str = "ecmp", seed: int = 0, alpha: float = 0.0, max_paths: int = 16,
-                      site_paths: int = 2, congestion=None) -> FailureReport:
-    """Step time of every job, healthy and under each scenario (re-routed), with expected and tail.
-    ``alpha`` and ``congestion`` are passed to the step-time model."""
+def failure_scenarios(model: Model) -> list[Failure]:
+    """The single failures the scenario's ``failures`` section asks for, on its fabric."""
+    f = model.scenario.failures
+    if f is None:
+        raise ValueError("failures: the scenario has no failures section")
+    return single_failures(model.graph, tiers=f.tiers, switch_kinds=f.switch_kinds, sites=f.sites,
+                           fraction=f.fraction, probability=f.probability)
+
+
+def failed(model: Model, failure: Failure) -> Model:
+    """The scenario prepared again on the fabric after ``failure`` (jobs it cuts off in ``.lost``)."""
+    return prepare(model.scenario, graph=failure.apply(model.graph), drop_lost=True)
+
+
+def _job_times(model: Model) -> dict[str, float]:
+    out = {name: np.inf for name in model.lost}
+    if model.plans:
+        out.update({name: float(r.step_time) for name, r in model.evaluate().steps.items()})
+    return out
+
+
+def evaluate_failures(model: Model, scenarios: Sequence[Failure]) -> FailureReport:
+    """Step time of every job, healthy (the scenario's own evaluation) and under each failure
+    (re-routed), with the probability-weighted expectation and tail."""
     if not scenarios:
         raise ValueError("scenarios: none given")
     probs = np.array([s.probability for s in scenarios], np.float64)
     if not (np.isfinite(probs).all() and (probs > 0).all()):
         raise ValueError(f"scenarios: probabilities must be > 0, got {probs.tolist()}")
-
-    def run(graph) -> dict[str, float]:
-        network, info = compile_fabric(graph)
-        router = Router(info, max_paths=max_paths, site_paths=site_paths, seed=seed)
-        alive, plans, out = [], [], {}
-        for job in jobs:
-            ranks = job.job_ranks(info.num_gpus)
-            if (info.gpus[ranks] < 0).any():
-                out[job.name] = np.inf  # lost GPUs with their site
-                continue
-            try:
-                plan = plan_training(job, info, router, policy=policy, seed=seed)  # routes every collective
-            except ValueError as e:
-                if "no path" not in str(e):
-                    raise
-                out[job.name] = np.inf
-                continue
-            alive.append(job)
-            plans.append(plan)
-        if alive:
-            res = evaluate_fleet(alive, network, info, router, policy=policy, seed=seed, alpha=alpha, plans=plans,
-                                 congestion=congestion)
-            out.update({name: float(r.step_time) for name, r in res.steps.items()})
-        return out
-
-    healthy = run(g)
+    jobs = [job.name for job in model.scenario.training]
+    healthy = _job_times(model)
     names = [s.name for s in scenarios]
-    per_job = {job.name: np.empty(len(scenarios)) for job in jobs}
+    per_job = {name: np.empty(len(scenarios)) for name in jobs}
     for i, s in enumerate(scenarios):
-        result = run(s.apply(g))
-        for job in jobs:
-            per_job[job.name][i] = result[job.name]
+        result = _job_times(failed(model, s))
+        for name in jobs:
+            per_job[name][i] = result[name]
     expected, p99, worst, lost = {}, {}, {}, {}
     for name, t in per_job.items():
         ok = np.isfinite(t)
@@ -180,9 +175,10 @@ def evaluate_failures(g: nx.DiGraph, jobs: Sequence[Training], scenarios: Sequen
     return FailureReport(names, per_job, healthy, expected, p99, worst, lost)
 
 
-def degraded_step_times(plan, network: Network, masks) -> jax.Array:
-    """Exact step time under each capacity mask (float[S, L] multipliers in (0, 1]), in one ``vmap``;
-    routes stay as planned (a degraded link keeps carrying its traffic, more slowly)."""
+def degraded_step_times(model: Model, masks) -> jax.Array:
+    """The scenario's exact step time under each capacity mask (float[S, L] multipliers in (0, 1]), in
+    one ``vmap``; routes stay as planned (a degraded link keeps carrying its traffic, more slowly)."""
+    network = model.network
     masks = jnp.asarray(masks)
     if masks.ndim != 2 or masks.shape[1] != network.num_links:
         raise ValueError(f"masks: expected float[S, {network.num_links}], got shape {masks.shape}")
@@ -190,58 +186,47 @@ def degraded_step_times(plan, network: Network, masks) -> jax.Array:
     if not ((m > 0) & (m <= 1)).all():
         bad = np.argwhere(~((m > 0) & (m <= 1)))[0]
         raise ValueError(f"masks[{bad[0]}, {bad[1]}]: must be in (0, 1], got {m[tuple(bad)]}")
+    options = model.options.exact()
 
     def one(mask):
-        return step_time(plan, Network(capacity=network.capacity * mask, latency=network.latency)).step_time
+        return model.step_time(Network(capacity=network.capacity * mask, latency=network.latency), options)
 
-    return jax.vmap(one)(masks)
+    return jax.jit(jax.vmap(one))(masks)
 
 
-def expected_objective(g: nx.DiGraph, jobs: Sequence[Training], scenarios: Sequence[Failure], groups: Sequence[str],
-                       *, healthy_weight: float = 1.0, policy: str = "ecmp", seed: int = 0, alpha: float = 0.0,
-                       sharpness: float = 64.0, congestion=None):
+def expected_objective(model: Model, scenarios: Sequence[Failure], groups: Sequence[str], *,
+                       healthy_weight: float = 1.0, options: Options | None = None):
     """(objective, exact, disconnected) for ``optimize.minimize``: the probability-weighted mean of the
-    jobs' summed step times over the healthy fabric (weight ``healthy_weight``) and every scenario.
+    scenario's step time over the healthy fabric (weight ``healthy_weight``) and every failure.
 
-    The optimizer moves the healthy fabric's ``groups``; each scenario's fabric takes the same group
-    values (``fabric.group_values``), so capacity bought once serves in every scenario where its links
-    survive. Scenarios that disconnect a job cannot be planned and are left out; their names are
-    returned so the caller can report them.
+    The optimizer moves the healthy fabric's ``groups``; each failure's fabric takes the same group
+    values (``fabric.group_values``), so capacity bought once serves in every failure where its links
+    survive. Failures that disconnect a job are left out; their names are returned so the caller can
+    report them. The search runs on ``options.relaxed()``, the report on ``options.exact()``.
     """
-    from .fabric import apply_groups, group_values
-
-    _, base_info = compile_fabric(g)
-    unknown = [n for n in groups if n not in base_info.groups]
+    unknown = [n for n in groups if n not in model.info.groups]
     if unknown:
         raise ValueError(f"groups: unknown link group {unknown[0]!r}")
+    options = model.options if options is None else options
     cases, lost = [], []
-    for weight, graph, name in [(healthy_weight, g, "healthy")] + [(s.probability, s.apply(g), s.name)
-                                                                     for s in scenarios]:
+    for weight, case, name in [(healthy_weight, None, "healthy")] + [(s.probability, s, s.name) for s in scenarios]:
         if weight <= 0:
             continue
-        network, info = compile_fabric(graph)
-        router = Router(info, seed=seed)
-        try:
-            plans = [plan_training(job, info, router, policy=policy, seed=seed) for job in jobs]
-        except ValueError as e:
-            if "no path" not in str(e) and "is not one of" not in str(e):
-                raise
+        m = model if case is None else failed(model, case)
+        if m.lost:
             lost.append(name)
             continue
-        if any((info.gpus[job.job_ranks(info.num_gpus)] < 0).any() for job in jobs):
-            lost.append(name)
-            continue
-        cases.append((weight, network, info, plans))
-    total = sum(w for w, *_ in cases)
+        cases.append((weight, m))
+    total = sum(w for w, _ in cases)
 
-    def evaluate(net, sharp):
-        values = group_values(net, base_info, groups)
-        out = 0.0
-        for weight, network, info, plans in cases:
-            here = apply_groups(network, info, {k: v for k, v in values.items() if k in info.groups})
-            out = out + weight / total * sum(step_time(p, here, alpha=alpha, sharpness=sharp,
-                                                       congestion=congestion).step_time
-                                             for p in plans)
-        return out
+    def here(m: Model, net: Network) -> Network:
+        values = group_values(net, model.info, groups)
+        return apply_groups(m.network, m.info, {k: v for k, v in values.items() if k in m.info.groups})
 
-    return (lambda net, logits: evaluate(net, sharpness), lambda net, logits: float(evaluate(net, None)), lost)
+    def objective(net, logits):
+        return sum(w / total * m.step_time(here(m, net), options.relaxed()) for w, m in cases)
+
+    def exact(net, logits):
+        return float(sum(w / total * m.evaluate(here(m, net), options.exact()).step_time for w, m in cases))
+
+    return objective, exact, lost

@@ -20,6 +20,7 @@ path; ``wcmp``: learnable weights). Between the two racks of a 16-spine leaf-spi
 
 from ._paths import Candidates as Candidates
 from ._paths import Router as Router
+from ._paths import Unreachable as Unreachable
 from ._policies import POLICIES as POLICIES
 from ._policies import SubFlows as SubFlows
 from ._policies import ecmp as ecmp

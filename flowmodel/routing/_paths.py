@@ -58,6 +58,14 @@ class Candidates:
         return self.first.shape[0]
 
 
+class Unreachable(ValueError):
+    """Some flows have no path on the fabric (a failure cut them off); ``flows`` lists them."""
+
+    def __init__(self, message: str, flows=()):
+        super().__init__(message)
+        self.flows = np.asarray(flows, np.int64)
+
+
 class Router:
     """Computes candidate paths on a compiled fabric; caches them per leaf pair.
 
@@ -303,7 +311,7 @@ class Router:
         if lost.size and unreachable == "raise":
             names = ", ".join(f"{src[f]} ({self._gpu_name(src[f])}) -> {dst[f]} ({self._gpu_name(dst[f])})"
                               for f in lost[:3])
-            raise ValueError(f"routing: {lost.size} of {F} flows have no path, e.g. {names}")
+            raise Unreachable(f"routing: {lost.size} of {F} flows have no path, e.g. {names}", lost)
         order = np.lexsort((~eq, flow))  # grouped by flow, equal-cost first (stable otherwise)
         first = np.concatenate([[0], np.cumsum(count)[:-1]])
         num_equal = np.bincount(flow[eq], minlength=F).astype(np.int64)

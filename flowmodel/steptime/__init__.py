@@ -21,18 +21,20 @@ README's example); ``evaluate_fleet`` for several workloads at once.
 """
 
 from ._comm import DOMAINS as DOMAINS
+from ._comm import EXACT as EXACT
 from ._comm import Congestion as Congestion
+from ._comm import Options as Options
 from ._comm import RoutedPhase as RoutedPhase
 from ._comm import background_load as background_load
 from ._comm import phase_finish as phase_finish
 from ._comm import phase_time as phase_time
 from ._comm import residual_capacity as residual_capacity
 from ._comm import route_phase as route_phase
-from ._fleet import Background as Background
 from ._fleet import FleetResult as FleetResult
-from ._fleet import Inference as Inference
+from ._fleet import check_workloads as check_workloads
 from ._fleet import constant_load as constant_load
 from ._fleet import evaluate_fleet as evaluate_fleet
+from ._fleet import job_logits as job_logits
 from ._schedule import evaluate_schedule as evaluate_schedule
 from ._schedule import one_f_one_b as one_f_one_b
 from ._training import StepResult as StepResult

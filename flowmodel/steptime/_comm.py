@@ -4,9 +4,11 @@
 ``phase_time`` is a pure function of capacity and latency, so it can be jitted, vmapped over fabrics
 and differentiated. A phase's time is its bandwidth term, the makespan of its flows under fluid
 max-min sharing (``completion_times``; the smooth model uses alpha-fair rates and a soft max), plus
-its latency term ``steps x (longest route latency + alpha)``, where ``alpha`` is the per-step
-software latency (a calibration parameter: NCCL's per-message overhead). :class:`Congestion`
+its latency term ``steps x (longest route latency + step_latency)``, where ``step_latency`` is the
+per-step software latency (a calibration parameter: NCCL's per-message overhead). :class:`Congestion`
 switches on a transport window (rates capped at window / RTT) and queueing delay in the latency term.
+:class:`Options` carries every choice of the model (exact or smooth rates, per-step latency,
+congestion) as one frozen, hashable value: the key of every compiled program.
 """
 
 from __future__ import annotations
@@ -55,6 +57,61 @@ class Congestion:
             raise ValueError(f"congestion.packet_bytes: must be > 0, got {self.packet_bytes!r}")
         if self.buffer_bytes is not None and not (np.isfinite(self.buffer_bytes) and self.buffer_bytes > 0):
             raise ValueError(f"congestion.buffer_bytes: must be > 0 (or None), got {self.buffer_bytes!r}")
+
+
+RATES = ("exact", "smooth")
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """How phases are timed: one frozen value, passed whole through every layer (and the key of
+    every compiled program).
+
+    Attributes:
+      rates: ``"exact"`` (fluid max-min with re-sharing at every completion: report with this) or
+        ``"smooth"`` (alpha-fair rates, no re-sharing, soft max: informative gradients for search).
+      sharpness: of the smooth relaxation (alpha of alpha-fair; soft max temperature = mean /
+        sharpness); unused by the exact model.
+      step_latency: per-step software latency of every collective step (s), e.g. NCCL's per-message
+        overhead.
+      congestion: window limit and queueing delay (:class:`Congestion`); None: both off.
+      fleet_iterations: Gauss-Seidel sweeps of the mean-field coupling between training jobs (a
+        fixed count, so that the evaluation is one differentiable function; one job needs one).
+    """
+
+    rates: str = "exact"
+    sharpness: float = 64.0
+    step_latency: float = 0.0
+    congestion: Congestion | None = None
+    fleet_iterations: int = 8
+
+    def __post_init__(self):
+        if self.rates not in RATES:
+            raise ValueError(f"options.rates: must be one of {', '.join(RATES)}, got {self.rates!r}")
+        if not (isinstance(self.sharpness, (int, float)) and np.isfinite(self.sharpness) and self.sharpness > 0):
+            raise ValueError(f"options.sharpness: must be > 0, got {self.sharpness!r}")
+        if not (isinstance(self.step_latency, (int, float)) and np.isfinite(self.step_latency)
+                and self.step_latency >= 0):
+            raise ValueError(f"options.step_latency: must be >= 0 seconds, got {self.step_latency!r}")
+        if self.congestion is not None and not isinstance(self.congestion, Congestion):
+            raise ValueError(f"options.congestion: must be a Congestion or None, got {self.congestion!r}")
+        if not (isinstance(self.fleet_iterations, int) and self.fleet_iterations >= 1):
+            raise ValueError(f"options.fleet_iterations: must be an integer >= 1, got {self.fleet_iterations!r}")
+
+    @property
+    def smooth(self) -> bool:
+        return self.rates == "smooth"
+
+    def exact(self) -> Options:
+        """The same options with exact rates (what results are reported with)."""
+        return dataclasses.replace(self, rates="exact")
+
+    def relaxed(self) -> Options:
+        """The same options with smooth rates (what a gradient search runs on)."""
+        return dataclasses.replace(self, rates="smooth")
+
+
+EXACT = Options()
 
 
 def _rate_limit(sub: SubFlows, latency, congestion: Congestion | None):
@@ -128,13 +185,15 @@ def route_phase(phase: Phase, router: Router, policy: str = "ecmp", *, seed: int
     return RoutedPhase(phase, sub, phase.bytes, domain_of(router.info, sub.routes))
 
 
-def background_load(router: Router, src, dst, rate, *, policy: str = "ecmp", seed: int = 0) -> np.ndarray:
-    """float64[L] bytes/s that constant-rate background flows ``src -> dst`` put on each link."""
+def background_load(router: Router, src, dst, rate, *, policy: str = "ecmp", seed: int = 0, qps: int = 4,
+                    unreachable: str = "raise") -> np.ndarray:
+    """float64[L] bytes/s that constant-rate background flows ``src -> dst`` put on each link
+    (``unreachable="report"``: flows without a path carry nothing instead of raising)."""
     rate = np.broadcast_to(np.asarray(rate, np.float64), np.shape(src))
     bad = np.flatnonzero(~(np.isfinite(rate) & (rate > 0)))
     if bad.size:
         raise ValueError(f"background.rate[{bad[0]}]: must be > 0 and finite bytes/s, got {rate[bad[0]]}")
-    sub = route(router, src, dst, policy, seed=seed)
+    sub = route(router, src, dst, policy, seed=seed, qps=qps, unreachable=unreachable)
     return np.asarray(link_bytes(jnp.asarray(sub.routes), jnp.asarray(sub.sizes(rate)), router.info.num_links))
 
 
@@ -156,45 +215,41 @@ def residual_capacity(capacity, background, info: FabricInfo | None = None):
     return left
 
 
-def phase_time(rp: RoutedPhase, capacity, latency, *, alpha: float = 0.0, sharpness: float | None = None,
-               start_times=None, congestion: Congestion | None = None):
+def phase_time(rp: RoutedPhase, capacity, latency, options: Options = EXACT, *, start_times=None):
     """Seconds from the phase's start until its last flow finishes, latency term included.
 
     Args:
       capacity, latency: float[L] (after background reservations).
-      alpha: per-step software latency (s).
-      sharpness: ``None`` for the exact fluid model; a number for the smooth relaxation (alpha-fair
-        rates with that sharpness, no re-sharing, soft max with temperature = mean time / sharpness).
+      options: exact or smooth rates, per-step latency, congestion (:class:`Options`).
       start_times: optional float[F] per-flow offsets (s) within the phase.
-      congestion: window limit and queueing delay (:class:`Congestion`); None: both off.
     """
     if rp.sub is None:
         return jnp.zeros((), jnp.asarray(capacity).dtype)
-    sub = rp.sub
+    sub, congestion = rp.sub, options.congestion
     sizes = sub.sizes(rp.sizes)
     weights = sub.weights()
     limit = _rate_limit(sub, latency, congestion)
     starts = None if start_times is None else jnp.asarray(start_times)[sub.parent]
-    if sharpness is None:
+    if not options.smooth:
         finish = completion_times(sub.routes, sizes, capacity, weights=weights, rate_limit=limit, start_times=starts)
         bandwidth = jnp.max(sub.flow_finish(finish))
     else:
-        rates = smooth_maxmin_rates(sub.routes, capacity, weights=weights, rate_limit=limit, sharpness=sharpness)
+        rates = smooth_maxmin_rates(sub.routes, capacity, weights=weights, rate_limit=limit,
+                                    sharpness=options.sharpness)
         times = sizes / rates + (0.0 if starts is None else starts)
-        bandwidth = soft_max(times, jax.lax.stop_gradient(jnp.mean(times)) / sharpness)
+        bandwidth = soft_max(times, jax.lax.stop_gradient(jnp.mean(times)) / options.sharpness)
     busy = bandwidth - (0.0 if starts is None else jnp.min(starts))
     hop = _hop_latency(sub, sizes, capacity, latency, busy, congestion)
-    return bandwidth + rp.steps * (hop + alpha)
+    return bandwidth + rp.steps * (hop + options.step_latency)
 
 
-def phase_finish(rp: RoutedPhase, capacity, latency, start_times, *, alpha: float = 0.0,
-                 congestion: Congestion | None = None):
+def phase_finish(rp: RoutedPhase, capacity, latency, start_times, options: Options = EXACT):
     """float[F] absolute finish of every flow of ``rp`` started at ``start_times`` (exact model),
     each plus the phase's latency term; flows of different start times share links while they overlap."""
-    sub = rp.sub
+    sub, congestion = rp.sub, options.congestion
     sizes = sub.sizes(rp.sizes)
     starts = jnp.asarray(start_times)[sub.parent]
     finish = completion_times(sub.routes, sizes, capacity, weights=sub.weights(),
                               rate_limit=_rate_limit(sub, latency, congestion), start_times=starts)
     hop = _hop_latency(sub, sizes, capacity, latency, jnp.max(finish) - jnp.min(starts), congestion)
-    return sub.flow_finish(finish) + rp.steps * (hop + alpha)
+    return sub.flow_finish(finish) + rp.steps * (hop + options.step_latency)

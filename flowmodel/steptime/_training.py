@@ -18,19 +18,17 @@ the schedule are simulated apart, except the DP reductions (above).
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import is_traced
 from .._congestion import link_bytes, route_latency, scheduled_bound
 from ..fabric._network import FabricInfo, Network
 from ..routing import Router
 from ..traffic._collectives import Phase, all_gather, all_reduce, all_to_all, bus_factor, reduce_scatter, send_recv
 from ..traffic._workload import Training
-from ._comm import DOMAINS, Congestion, RoutedPhase, phase_finish, phase_time, residual_capacity, route_phase
+from ._comm import DOMAINS, EXACT, Options, RoutedPhase, phase_finish, phase_time, residual_capacity, route_phase
 from ._schedule import evaluate_schedule, one_f_one_b
 
 
@@ -49,7 +47,6 @@ class TrainingPlan:
     schedule: list
     domains: dict[str, str]
     sizes: dict[str, tuple[str, float, int]]  # per-layer kind -> (collective, bytes, ranks per group)
-    compiled: dict = dataclasses.field(default_factory=dict, repr=False)  # options -> compiled step_time
 
 
 def _stage_layers(layers: int, V: int) -> np.ndarray:
@@ -139,21 +136,26 @@ def plan_training(job: Training, info: FabricInfo, router: Router, *, policy: st
 
 @dataclasses.dataclass(frozen=True)
 class StepResult:
-    """Step time (s) and where it goes.
+    """Step time (s) and where it goes; every value a number (so it passes through ``jax.jit``).
 
     ``breakdown`` sums to ``step_time``: ``compute`` and the blocking communication (``tp``, ``cp``,
     ``ep``) of the busiest pipeline rank, ``pipeline`` (bubble and waits for point-to-point sends on
     that rank), ``dp`` (DP reduction left exposed after the pipeline drains). ``by_domain`` puts the
     exposed communication into scale-up / scale-out / scale-across by the links its flows cross.
-    ``collectives`` gives each per-layer kind's time per call, its bandwidth bound (max over links of
-    bytes / capacity, plus the same latency term), efficiency = bound / time, and nccl-tests' algbw
-    (bytes / time) and busbw (algbw x the collective's factor).
+    ``collectives`` gives each per-layer kind's time per call (``seconds``), its bandwidth bound (max
+    over links of bytes / capacity, plus the same latency term), efficiency = bound / time, and
+    nccl-tests' algbw (bytes / time, bytes/s) and busbw (algbw x the collective's factor, bytes/s);
+    the plan's ``domains`` says which domain each kind crosses.
     """
 
     step_time: object
     breakdown: dict
     by_domain: dict
     collectives: dict
+
+
+jax.tree_util.register_dataclass(StepResult, data_fields=["step_time", "breakdown", "by_domain", "collectives"],
+                                 meta_fields=[])
 
 
 def routed_phases(plan: TrainingPlan) -> dict[str, RoutedPhase]:
@@ -202,50 +204,34 @@ def step_bytes(plan: TrainingPlan, num_links: int, *, logits=None):
     return total
 
 
-def step_time(plan: TrainingPlan, network: Network, *, info: FabricInfo | None = None, background=None,
-              alpha: float = 0.0, sharpness: float | None = None, logits=None, congestion: Congestion | None = None,
-              jit: bool = True) -> StepResult:
+def step_time(plan: TrainingPlan, network: Network, options: Options = EXACT, *, info: FabricInfo | None = None,
+              background=None, logits=None) -> StepResult:
     """Evaluate a planned training step on ``network`` (differentiable in its capacity and latency).
 
+    A pure function of the arrays: jit it (``jax.jit(lambda n: step_time(plan, n).step_time)``) or
+    evaluate a whole scenario through ``flowmodel.scenario.Model``, which holds its compiled program.
+
     Args:
+      options: exact or smooth rates, per-step latency, congestion (:class:`Options`).
+      info: names the link in the error when ``background`` fills one.
       background: optional float[L] bytes/s taken first by constant-rate background classes
         (``background_load``).
-      alpha: per-step software latency of every collective (s).
-      sharpness: ``None`` for the exact fluid model, a number for the smooth relaxation (search).
       logits: for a plan routed with ``wcmp``, ``{phase name: float[candidates]}`` split logits
         (names from ``routed_phases``); the step time is differentiable in them.
-      congestion: window limit and queueing delay of every collective (:class:`Congestion`).
-      jit: evaluate through one compiled function per plan and options (cached; the plan's routes
-        become constants of the program; on 24K-GPU plans XLA ran it 50-350x faster than the same
-        kernels called one by one). Inside a trace the evaluation is inlined.
     """
     residual_capacity(network.capacity, background, info)  # validates concrete inputs, names the link
-    names = routed_phases(plan)
-    for name in logits or {}:
-        if name not in names:
-            raise ValueError(f"logits: the plan has no phase {name!r}; phases: {', '.join(list(names)[:6])}, ...")
-    args = (network.capacity, network.latency, background, logits)
-    if jit and not is_traced(*jax.tree_util.tree_leaves(args)):
-        key = (float(alpha), sharpness, congestion, background is None, tuple(sorted(logits or {})))
-        if key not in plan.compiled:  # lives and dies with the plan
-            plan.compiled[key] = jax.jit(functools.partial(_step_numbers, plan, alpha=alpha, sharpness=sharpness,
-                                                           congestion=congestion))
-        numbers = plan.compiled[key](*args)
-    else:
-        numbers = _step_numbers(plan, *args, alpha=alpha, sharpness=sharpness, congestion=congestion)
-    finish, parts, by_domain, report = numbers
-    for kind, rep in report.items():
-        rep["domain"] = plan.domains[kind]
+    _resolve(plan, logits)  # unknown phase names fail here, before any work
+    finish, parts, by_domain, report = _step_numbers(plan, network.capacity, network.latency, background, logits,
+                                                     options)
     return StepResult(step_time=finish, breakdown=parts, by_domain=by_domain, collectives=report)
 
 
-def _step_numbers(plan: TrainingPlan, capacity, latency, background, logits, *, alpha, sharpness, congestion=None):
-    """The numbers of a ``StepResult`` (no strings, so it can be compiled)."""
+def _step_numbers(plan: TrainingPlan, capacity, latency, background, logits, options: Options):
+    """The numbers of a ``StepResult``."""
     job, par, model = plan.job, plan.job.parallelism, plan.job.model
     capacity = capacity if background is None else capacity - background
     phases = _resolve(plan, logits)
-    seconds = {name: phase_time(ph, capacity, latency, alpha=alpha, sharpness=sharpness, congestion=congestion)
-               for name, ph in phases.items() if name != "dp"}
+    seconds = {name: phase_time(ph, capacity, latency, options) for name, ph in phases.items() if name != "dp"}
 
     def t(prefix):
         return sum((v for k, v in seconds.items() if k.startswith(prefix + "[")), 0.0)
@@ -273,12 +259,10 @@ def _step_numbers(plan: TrainingPlan, capacity, latency, background, logits, *, 
         last_backward = jnp.stack([jnp.asarray(_max_all([end[("B", mb, k)] for mb in range(m)]), capacity.dtype)
                                    for k in range(V)])
         starts = last_backward[plan.dp_stage]  # each stage's reduction starts when its gradients are complete
-        if sharpness is None:
-            dp_finish = jnp.max(phase_finish(phases["dp"], capacity, latency, starts, alpha=alpha,
-                                             congestion=congestion))
+        if options.smooth:
+            dp_finish = phase_time(phases["dp"], capacity, latency, options, start_times=starts)
         else:
-            dp_finish = phase_time(phases["dp"], capacity, latency, alpha=alpha, sharpness=sharpness,
-                                   start_times=starts, congestion=congestion)
+            dp_finish = jnp.max(phase_finish(phases["dp"], capacity, latency, starts, options))
         finish = jnp.maximum(pipeline_end, dp_finish)
         dp_exposed = finish - pipeline_end
 
@@ -298,7 +282,7 @@ def _step_numbers(plan: TrainingPlan, capacity, latency, background, logits, *, 
     for kind in plan.collectives:
         names = [n for n in seconds if n.startswith(kind + "[")]
         time = sum(seconds[n] for n in names)
-        bound = sum(_bound(phases[n], capacity, latency, alpha) for n in names)
+        bound = sum(_bound(phases[n], capacity, latency, options.step_latency) for n in names)
         collective, size, n = plan.sizes[kind]
         report[kind] = {"seconds": time, "bound_seconds": bound, "efficiency": bound / time,
                         "bytes": size, "ranks": n, "algbw": size / time,
@@ -306,11 +290,11 @@ def _step_numbers(plan: TrainingPlan, capacity, latency, background, logits, *, 
     return finish, parts, by_domain, report
 
 
-def _bound(ph: RoutedPhase, capacity, latency, alpha):
+def _bound(ph: RoutedPhase, capacity, latency, step_latency):
     if ph.sub is None:
         return 0.0
     hop = jnp.max(route_latency(jnp.asarray(ph.sub.routes), latency))
-    return scheduled_bound(ph.sub.routes, ph.sub.sizes(ph.sizes), capacity) + ph.steps * (hop + alpha)
+    return scheduled_bound(ph.sub.routes, ph.sub.sizes(ph.sizes), capacity) + ph.steps * (hop + step_latency)
 
 
 def _max_all(values):

@@ -10,6 +10,8 @@ import math
 
 import numpy as np
 
+from ._collectives import Phase
+
 DIMS = ("tp", "cp", "pp", "dp")  # rank order, fastest-varying first: TP in a domain, PP across racks, DP widest
 
 
@@ -222,3 +224,63 @@ def llama3_405b_training(*, efficiency: float = 0.6, virtual_stages: int = 4) ->
     """
     return Training(llama3_405b(), Parallelism(tp=8, pp=16, dp=128, virtual_stages=virtual_stages),
                     global_batch=2048, micro_batch=1, efficiency=efficiency, name="llama3-405b")
+
+
+@dataclasses.dataclass(frozen=True)
+class Background:
+    """Constant-rate traffic (storage, agentic CPU<->GPU, telemetry): flows ``src -> dst`` of ``rate``
+    bytes/s each (scalar or one per flow)."""
+
+    name: str
+    src: tuple[int, ...]
+    dst: tuple[int, ...]
+    rate: float | tuple[float, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Inference:
+    """Prefill/decode-disaggregated serving: every request's KV cache moves from a prefill instance to a
+    decode instance (instance ``i`` of prefill sends to instance ``i mod D`` of decode), each TP rank
+    its shard.
+
+    Attributes:
+      prefill, decode: int[instances, tp] GPU ranks of each instance.
+      requests_per_s: request rate of the whole service.
+      prompt_tokens: tokens per prompt (KV bytes per request = model.kv_bytes_per_token() x this).
+    """
+
+    name: str
+    model: Model
+    prefill: tuple[tuple[int, ...], ...]
+    decode: tuple[tuple[int, ...], ...]
+    requests_per_s: float
+    prompt_tokens: int
+
+    def __post_init__(self):
+        pre, dec = np.asarray(self.prefill), np.asarray(self.decode)
+        if pre.ndim != 2 or dec.ndim != 2 or pre.shape[1] != dec.shape[1] or pre.size == 0 or dec.size == 0:
+            raise ValueError(f"inference[{self.name}]: prefill and decode must be int[instances, tp] with the same tp, "
+                             f"got shapes {pre.shape} and {dec.shape}")
+        if not (self.requests_per_s > 0 and np.isfinite(self.requests_per_s)):
+            raise ValueError(f"inference[{self.name}].requests_per_s: must be > 0, got {self.requests_per_s!r}")
+        if not (isinstance(self.prompt_tokens, int) and self.prompt_tokens > 0):
+            raise ValueError(f"inference[{self.name}].prompt_tokens: must be a positive integer, "
+                             f"got {self.prompt_tokens!r}")
+
+    @property
+    def kv_bytes(self) -> int:
+        return self.model.kv_bytes_per_token() * self.prompt_tokens
+
+    def transfer(self) -> Phase:
+        """One request's KV transfer: prefill instance 0's ranks to decode instance 0's, shard by shard."""
+        pre, dec = np.asarray(self.prefill, np.int64), np.asarray(self.decode, np.int64)
+        tp = pre.shape[1]
+        return Phase(src=pre[0], dst=dec[0], bytes=np.full(tp, self.kv_bytes / tp), steps=1)
+
+    def flows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Average traffic: (src, dst, bytes/s) of every shard stream, requests spread evenly."""
+        pre, dec = np.asarray(self.prefill, np.int64), np.asarray(self.decode, np.int64)
+        pairs = np.arange(pre.shape[0])
+        src, dst = pre[pairs].reshape(-1), dec[pairs % dec.shape[0]].reshape(-1)
+        rate = self.requests_per_s * self.kv_bytes / src.size
+        return src, dst, np.full(src.size, rate)

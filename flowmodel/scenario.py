@@ -1,0 +1,268 @@
+"""A scenario and its prepared model: the one assembly of fabric, routing, workloads and options.
+
+A :class:`Scenario` is typed: a fleet, a :class:`Routing` section, the workloads (training jobs,
+inference services, background classes), the model :class:`~flowmodel.steptime.Options`, and the
+optional ``optimize`` (:class:`Search`), ``sweep`` (:class:`SweepGrid`) and ``failures``
+(:class:`FailureSet`) sections. ``config.load`` reads one from YAML; Python code builds one
+directly. ``prepare(scenario)`` turns it into a :class:`Model`: the compiled network, fabric info,
+router, the routed plan of every job, the constant load of inference and background classes, and
+the routed KV transfer of every inference service. Every command (``run``, ``optimize``, ``sweep``,
+``failures``), the optimizer's objective, sweeps, failure analysis and the experiments evaluate a
+scenario through ``Model.fleet`` / ``Model.step_time``: one function of (prepared model, network).
+
+>>> import jax; jax.config.update("jax_enable_x64", True)
+>>> from flowmodel import fabric as fb, scenario as sc, traffic as tr
+>>> site = fb.Clos(tiers=2, gpus_per_leaf=8, leaves_per_pod=4, spines_per_pod=4)
+>>> job = tr.Training(tr.Model("small", layers=4, hidden=1024, ffn_hidden=4096, heads=8, kv_heads=8,
+...                            vocab=32000, seq_len=2048), tr.Parallelism(tp=8, dp=4), global_batch=8)
+>>> model = sc.prepare(sc.Scenario("demo", fb.Fleet(sites=(fb.Site("a", scale_out=site),)), training=(job,)))
+>>> seconds = float(model.step_time())             # the exact model, differentiable in the network
+>>> seconds == float(model.evaluate().step_time)   # the compiled program: the same number
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+import jax
+import networkx as nx
+import numpy as np
+
+from .fabric import FabricInfo, Fleet, Network, build, compile_fabric
+from .optimize import CostModel, Knob
+from .routing import POLICIES, Router, Unreachable
+from .steptime import (
+    EXACT,
+    FleetResult,
+    Options,
+    RoutedPhase,
+    TrainingPlan,
+    check_workloads,
+    constant_load,
+    evaluate_fleet,
+    plan_training,
+    residual_capacity,
+    route_phase,
+)
+from .traffic import Background, Inference, Training
+
+
+def _whole(where: str, value, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{where}: must be an integer >= {minimum}, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Routing:
+    """How every workload is routed: the policy (``ecmp``, ``spray``, ``qp_scaling``, ``wcmp``), the
+    candidate paths per pair (``max_paths``, ``site_paths`` between sites), the hash ``seed``, and
+    ``qps`` queue pairs per flow under ``qp_scaling`` (it has no effect under other policies)."""
+
+    policy: str = "ecmp"
+    max_paths: int = 16
+    site_paths: int = 2
+    seed: int = 0
+    qps: int = 4
+
+    def __post_init__(self):
+        if self.policy not in POLICIES:
+            raise ValueError(f"routing.policy: unknown policy {self.policy!r}; known: {', '.join(POLICIES)}")
+        for key in ("max_paths", "site_paths", "qps"):
+            _whole(f"routing.{key}", getattr(self, key))
+        _whole("routing.seed", self.seed, 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Search:
+    """The optimize section: knobs, their cost and the budget, and the gradient search's settings."""
+
+    knobs: tuple[Knob, ...]
+    cost: CostModel = dataclasses.field(default_factory=CostModel)
+    budget: float | None = None
+    steps: int = 100
+    learning_rate: float = 0.05
+    restarts: int = 1
+    seed: int = 0
+
+    def __post_init__(self):
+        if not self.knobs:
+            raise ValueError("optimize.knobs: needs at least one knob")
+        _whole("optimize.steps", self.steps)
+        _whole("optimize.restarts", self.restarts)
+        _whole("optimize.seed", self.seed, 0)
+        if not (isinstance(self.learning_rate, (int, float)) and math.isfinite(self.learning_rate)
+                and self.learning_rate > 0):
+            raise ValueError(f"optimize.learning_rate: must be > 0, got {self.learning_rate!r}")
+        if self.budget is not None and not (math.isfinite(self.budget) and self.budget > 0):
+            raise ValueError(f"optimize.budget: must be > 0, got {self.budget!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepGrid:
+    """The sweep section: link group -> values (the grid is every combination), points per call."""
+
+    grid: tuple[tuple[str, tuple[float, ...]], ...]
+    chunk: int | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "grid", tuple((str(g), tuple(float(v) for v in vs)) for g, vs in dict(self.grid).items()))
+        if not self.grid:
+            raise ValueError("sweep.grid: needs at least one link group")
+        for group, values in self.grid:
+            if not values or min(values) <= 0 or not all(math.isfinite(v) for v in values):
+                raise ValueError(f"sweep.grid.{group}: needs positive values, got {list(values)}")
+        if self.chunk is not None:
+            _whole("sweep.chunk", self.chunk)
+
+    @property
+    def axes(self) -> dict[str, tuple[float, ...]]:
+        return dict(self.grid)
+
+
+@dataclasses.dataclass(frozen=True)
+class FailureSet:
+    """The failures section: one scenario per cable of ``tiers`` (or that cable at ``fraction`` of its
+    capacity), per switch of ``switch_kinds`` and per site if ``sites``, each of weight
+    ``probability`` against the healthy fabric's ``healthy_weight``."""
+
+    tiers: tuple[str, ...] = ()
+    switch_kinds: tuple[str, ...] = ()
+    sites: bool = False
+    fraction: float | None = None
+    probability: float = 0.01
+    healthy_weight: float = 1.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "tiers", tuple(self.tiers or ()))
+        object.__setattr__(self, "switch_kinds", tuple(self.switch_kinds or ()))
+        if not (0 < self.probability <= 1):
+            raise ValueError(f"failures.probability: must be in (0, 1], got {self.probability!r}")
+        if self.fraction is not None and not (0 < self.fraction <= 1):
+            raise ValueError(f"failures.fraction: must be in (0, 1], got {self.fraction!r}")
+        if not (math.isfinite(self.healthy_weight) and self.healthy_weight >= 0):
+            raise ValueError(f"failures.healthy_weight: must be >= 0, got {self.healthy_weight!r}")
+        if not (self.tiers or self.switch_kinds or self.sites):
+            raise ValueError("failures: names nothing to fail (tiers, switch_kinds or sites)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    """Everything a study needs, typed: fabric, routing, workloads, model options, and what to do."""
+
+    name: str
+    fleet: Fleet
+    routing: Routing = Routing()
+    training: tuple[Training, ...] = ()
+    inference: tuple[Inference, ...] = ()
+    background: tuple[Background, ...] = ()
+    options: Options = EXACT
+    optimize: Search | None = None
+    sweep: SweepGrid | None = None
+    failures: FailureSet | None = None
+
+    def __post_init__(self):
+        for key in ("training", "inference", "background"):
+            object.__setattr__(self, key, tuple(getattr(self, key)))
+        if not self.training and not self.inference:
+            raise ValueError("workloads: needs at least one training job or inference service")
+
+
+class Model:
+    """A prepared scenario: built and routed once, evaluated many times (``prepare`` makes one).
+
+    Attributes:
+      scenario: what it was prepared from; graph, network, info, router: the fabric as built,
+      compiled and routed; plans: one per training job still connected; lost: workload name -> why
+      it could not be planned (only with ``prepare(..., drop_lost=True)``); fixed_load: float[L] bytes/s
+      of inference and background traffic; transfers: (service name, routed KV transfer) pairs.
+
+    ``fleet`` and ``step_time`` are pure functions of the network (and WCMP logits): jit, vmap and
+    differentiate them. ``evaluate`` runs the same function through a compiled program that this
+    object holds, one per :class:`Options` value.
+    """
+
+    def __init__(self, scenario: Scenario, graph: nx.DiGraph, network: Network, info: FabricInfo, router: Router,
+                 plans: tuple[TrainingPlan, ...], fixed_load: np.ndarray,
+                 transfers: tuple[tuple[str, RoutedPhase], ...], lost: dict[str, str]):
+        self.scenario, self.graph, self.network, self.info, self.router = scenario, graph, network, info, router
+        self.plans, self.fixed_load, self.transfers, self.lost = plans, fixed_load, transfers, lost
+        self._programs: dict[Options, Callable] = {}
+
+    @property
+    def options(self) -> Options:
+        return self.scenario.options
+
+    def fleet(self, network: Network | None = None, options: Options | None = None, logits=None) -> FleetResult:
+        """Every job's step and every service's KV transfer time on ``network`` (default: the scenario's)."""
+        return evaluate_fleet(list(self.plans), self.network if network is None else network,
+                              self.options if options is None else options, fixed_load=self.fixed_load,
+                              transfers=self.transfers, info=self.info, logits=logits)
+
+    def step_time(self, network: Network | None = None, options: Options | None = None, logits=None):
+        """The scenario's step time: its slowest training job's (a scalar; differentiable)."""
+        return self.fleet(network, options, logits).step_time
+
+    def evaluate(self, network: Network | None = None, options: Options | None = None, logits=None) -> FleetResult:
+        """``fleet`` through this model's compiled program for ``options`` (compiled on first use)."""
+        network = self.network if network is None else network
+        options = self.options if options is None else options
+        residual_capacity(network.capacity, self.fixed_load, self.info)  # names an overfull link, concretely
+        if options not in self._programs:
+            self._programs[options] = jax.jit(lambda net, lg: self.fleet(net, options, lg))
+        return self._programs[options](network, logits)
+
+    def objective(self, options: Options | None = None) -> tuple[Callable, Callable]:
+        """(search, exact) functions of (network, logits) for ``optimize.minimize``: the scenario's step
+        time with smooth rates (``options.relaxed()``) for the search, and exact for reporting."""
+        options = self.options if options is None else options
+        smooth, exact = options.relaxed(), options.exact()
+        return (lambda net, logits: self.step_time(net, smooth, logits),
+                lambda net, logits: float(self.evaluate(net, exact, logits).step_time))
+
+
+def prepare(scenario: Scenario, *, graph: nx.DiGraph | None = None, drop_lost: bool = False,
+            progress: Callable[[str], None] | None = None) -> Model:
+    """Build, compile and route ``scenario``: the one assembly every command and study uses.
+
+    Args:
+      graph: the fabric graph to use instead of building the fleet (a failure scenario's).
+      drop_lost: leave out jobs that lost a GPU or a path (they go to ``Model.lost``) instead of
+        raising ``routing.Unreachable``.
+      progress: called with a short message as each stage starts.
+    """
+    say = progress or (lambda message: None)
+    r = scenario.routing
+    say("build fabric")
+    g = build(scenario.fleet) if graph is None else graph
+    network, info = compile_fabric(g)
+    router = Router(info, max_paths=r.max_paths, site_paths=r.site_paths, seed=r.seed)
+    check_workloads(scenario.training, scenario.inference, scenario.background, num_gpus=info.num_gpus)
+    say("route workloads")
+    plans, lost = [], {}
+    for job in scenario.training:
+        if (info.gpus[job.job_ranks(info.num_gpus)] < 0).any():
+            if not drop_lost:
+                raise Unreachable(f"workloads.training[{job.name}]: some of its GPUs failed")
+            lost[job.name] = "lost GPUs"
+            continue
+        try:
+            plans.append(plan_training(job, info, router, policy=r.policy, seed=r.seed, qps=r.qps))
+        except Unreachable as e:
+            if not drop_lost:
+                raise
+            lost[job.name] = str(e)
+    fixed = constant_load(router, scenario.inference, scenario.background, policy=r.policy, seed=r.seed, qps=r.qps,
+                          unreachable="report" if drop_lost else "raise")
+    transfers = []
+    for inf in scenario.inference:
+        try:
+            transfers.append((inf.name, route_phase(inf.transfer(), router, r.policy, seed=r.seed, qps=r.qps)))
+        except Unreachable as e:
+            if not drop_lost:
+                raise
+            lost[inf.name] = str(e)
+    transfers = tuple(transfers)
+    return Model(scenario, g, network, info, router, tuple(plans), fixed, transfers, lost)
