@@ -37,7 +37,7 @@ def _table(rows: list[tuple[str, float]], title: str, quiet: bool) -> None:
         print(f"  {name:<12} {value:>10.4f} s  {value / total:>6.1%}")
 
 
-def _fleet_result(model, fleet) -> dict:
+def fleet_result(model, fleet) -> dict:
     """result.json's figures of an evaluated fleet."""
     domains = {plan.job.name: plan.domains for plan in model.plans}
     jobs = {name: {"step_time_s": float(r.step_time), "breakdown": _floats(r.breakdown),
@@ -68,7 +68,7 @@ def cmd_run(scenario, out: str, quiet: bool) -> dict:
 
     t0 = time.perf_counter()
     model = _prepare(scenario, quiet)
-    result = _fleet_result(model, model.evaluate())
+    result = fleet_result(model, model.evaluate())
     result["seconds"] = time.perf_counter() - t0
     if not quiet:
         for name, job in result["jobs"].items():

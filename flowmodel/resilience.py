@@ -141,7 +141,8 @@ def failed(model: Model, failure: Failure) -> Model:
     return prepare(model.scenario, graph=failure.apply(model.graph), drop_lost=True)
 
 
-def _job_times(model: Model) -> dict[str, float]:
+def job_step_times(model: Model) -> dict[str, float]:
+    """Every training job's exact step time on the prepared model (``inf`` for a job it lost)."""
     out = {name: np.inf for name in model.lost}
     if model.plans:
         out.update({name: float(r.step_time) for name, r in model.evaluate().steps.items()})
@@ -157,11 +158,11 @@ def evaluate_failures(model: Model, scenarios: Sequence[Failure]) -> FailureRepo
     if not (np.isfinite(probs).all() and (probs > 0).all()):
         raise ValueError(f"scenarios: probabilities must be > 0, got {probs.tolist()}")
     jobs = [job.name for job in model.scenario.training]
-    healthy = _job_times(model)
+    healthy = job_step_times(model)
     names = [s.name for s in scenarios]
     per_job = {name: np.empty(len(scenarios)) for name in jobs}
     for i, s in enumerate(scenarios):
-        result = _job_times(failed(model, s))
+        result = job_step_times(failed(model, s))
         for name in jobs:
             per_job[name][i] = result[name]
     expected, p99, worst, lost = {}, {}, {}, {}

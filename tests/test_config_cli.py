@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import yaml
 
-from flowmodel import _units, cli, config
+from flowmodel import _units, cli, config, scenario
 
 HERE = os.path.dirname(__file__)
 QUICKSTART = os.path.join(HERE, "..", "configs", "quickstart.yaml")
@@ -46,7 +46,31 @@ def test_quickstart_loads():
     assert [s.name for s in sc.fleet.sites] == ["b0", "b1"]
     assert sc.fleet.num_gpus == 256 and sc.training[0].parallelism.size == 256
     assert sc.fleet.sites[0].scale_out.nic_bandwidth == 50e9 and sc.fleet.long_haul[0].capacity == 100e9
-    assert sc.alpha == 2e-6 and len(sc.knobs) == 3 and sc.knobs[2].upper == 1.6e12
+    assert sc.options.step_latency == 2e-6 and len(sc.optimize.knobs) == 3 and sc.optimize.knobs[2].upper == 1.6e12
+
+
+def test_renamed_and_invalid_options_name_the_key():
+    data = _quickstart()
+    data["model"]["alpha"] = "2us"
+    with pytest.raises(config.ConfigError, match=r"^model.alpha: was renamed to 'model.step_latency'"):
+        config.parse(data)
+    for value in (0, -3):
+        data = _quickstart()
+        data["fabric"]["routing"] = {"policy": "qp_scaling", "qps": value}
+        with pytest.raises(config.ConfigError, match=rf"^fabric.routing.qps: must be an integer >= 1, got {value}"):
+            config.parse(data)
+    data = _quickstart()
+    data["fabric"]["routing"] = {"policy": "ecmq"}
+    with pytest.raises(config.ConfigError, match=r"^fabric.routing.policy: unknown policy 'ecmq'"):
+        config.parse(data)
+    data = _quickstart()
+    data["model"]["sharpness"] = 0
+    with pytest.raises(config.ConfigError, match=r"^model.sharpness: must be > 0, got 0"):
+        config.parse(data)
+    data = _quickstart()
+    data["optimize"]["learning_rate"] = -1
+    with pytest.raises(config.ConfigError, match=r"^optimize.learning_rate: must be > 0, got -1"):
+        config.parse(data)
 
 
 def test_oversubscription_is_a_list_a_number_or_left_out():
@@ -63,9 +87,9 @@ def test_oversubscription_is_a_list_a_number_or_left_out():
 
 def test_congestion_options():
     data = _quickstart()
-    assert config.parse(data).congestion is None  # off unless asked for
+    assert config.parse(data).options.congestion is None  # off unless asked for
     data.setdefault("model", {}).update(window="64MB", queueing=True, buffer="8MiB")
-    c = config.parse(data).congestion
+    c = config.parse(data).options.congestion
     assert (c.window, c.queueing, c.buffer_bytes, c.packet_bytes) == (64e6, True, 8 * 2**20, 4096.0)
     data["model"]["window"] = "-1MB"
     with pytest.raises(config.ConfigError, match=r"model.window: must be > 0 bytes, got -1000000.0"):
@@ -74,7 +98,7 @@ def test_congestion_options():
     with pytest.raises(config.ConfigError, match=r"model.window: unknown size unit 'Mbps'"):
         config.parse(data)
     data["model"].update(window="64MB", packet="9KB")
-    assert config.parse(data).congestion.packet_bytes == 9000.0
+    assert config.parse(data).options.congestion.packet_bytes == 9000.0
     data["model"]["queueing"] = False  # queue shape without a queue: an error, not silently dropped
     with pytest.raises(config.ConfigError, match=r"model.packet: is used only with model.queueing: true, got 9000.0"):
         config.parse(data)
@@ -120,11 +144,8 @@ _DELETE = object()
 def test_bad_configs_name_the_key(path, value, match):
     data = _mutated(path, value)
     with pytest.raises(ValueError, match=match):
-        sc = config.parse(data)
-        # semantic checks that need the fabric happen when the step is planned
-        from flowmodel import fabric, routing, steptime
-        net, info = fabric.compile_fabric(fabric.build(sc.fleet))
-        steptime.plan_training(sc.training[0], info, routing.Router(info))
+        # semantic checks that need the fabric happen when the scenario is prepared
+        scenario.prepare(config.parse(data))
 
 
 def test_mutated_configs_load_or_fail_with_one_line():

@@ -9,9 +9,9 @@ from ._search import Knob as Knob
 from ._search import Position as Position
 from ._search import Result as Result
 from ._search import Space as Space
+from ._search import baseline_value as baseline_value
 from ._search import grid_search as grid_search
 from ._search import minimize as minimize
 from ._search import project_budget as project_budget
 from ._search import random_search as random_search
 from ._search import round_to_allowed as round_to_allowed
-from ._search import training_objective as training_objective

@@ -170,6 +170,15 @@ class Result:
     restarts: list
 
 
+def baseline_value(exact: Callable, network: Network, logits=None) -> float:
+    """``exact`` at the fabric's own knob values: what ``minimize`` reports as its baseline.
+
+    The network is evaluated as given (not rebuilt from knob positions), so the baseline is the
+    scenario's own step time exactly, also where a build value lies outside its knob's box.
+    """
+    return float(exact(network, {k: jnp.asarray(v) for k, v in (logits or {}).items()}))
+
+
 def minimize(objective: Callable, network: Network, space: Space, *, exact: Callable | None = None,
              logits: Mapping | None = None, budget: float | None = None, steps: int = 200,
              optimizer: optax.GradientTransformation | None = None, restarts: int = 1, seed: int = 0,
@@ -234,7 +243,7 @@ def minimize(objective: Callable, network: Network, space: Space, *, exact: Call
         return Position(project_budget(pos.z, b_j, slack_j), pos.logits), state, value
 
     base_z = space.positions({k.group: space.info.groups[k.group].value for k in space.knobs})
-    baseline = float(exact(space.network(network, jnp.asarray(base_z)), logits0))
+    baseline = baseline_value(exact, network, logits0)
     rng = np.random.default_rng(seed)
     runs = []
     for r in range(restarts):
@@ -324,30 +333,3 @@ def random_search(exact: Callable, network: Network, space: Space, evaluations: 
     draws = rng.uniform(0, 1, (evaluations, len(space.knobs)))
     points = np.stack([np.asarray(project_budget(jnp.asarray(z), jnp.asarray(b), slack)) for z in draws])
     return _best_of(points, exact, network, space, budget, logits, "random_search")
-
-
-def training_objective(plans, *, weights=None, sharpness: float = 64.0, background=None, alpha: float = 0.0,
-                       congestion=None):
-    """(objective, exact) for ``minimize``: the weighted sum of the plans' step times, smooth and exact.
-
-    ``background``, ``alpha`` and ``congestion`` are passed to ``steptime.step_time``.
-
-    ``logits`` passed by ``minimize`` are keyed ``"<job index>/<phase name>"`` for WCMP plans.
-    """
-    from ..steptime import step_time
-
-    plans = list(plans)
-    weights = [1.0] * len(plans) if weights is None else list(weights)
-    if len(weights) != len(plans) or not plans:
-        raise ValueError(f"weights: need one per plan ({len(plans)}), got {len(weights)}")
-
-    def total(network, logits, sharp):
-        out = 0.0
-        for j, (plan, w) in enumerate(zip(plans, weights)):
-            own = {k.split("/", 1)[1]: v for k, v in (logits or {}).items() if k.split("/", 1)[0] == str(j)}
-            out = out + w * step_time(plan, network, background=background, alpha=alpha, sharpness=sharp,
-                                      logits=own or None, congestion=congestion).step_time
-        return out
-
-    return (lambda network, logits: total(network, logits, sharpness),
-            lambda network, logits: float(total(network, logits, None)))

@@ -1,0 +1,238 @@
+"""One scenario, one model: every command evaluates the same step time, and every option reaches it."""
+
+import copy
+import os
+
+import numpy as np
+import pytest
+import yaml
+
+from flowmodel import cli, config, optimize, resilience, scenario, sweep
+from flowmodel.steptime import Options
+
+HERE = os.path.dirname(__file__)
+CONFIGS = os.path.join(HERE, "..", "configs")
+SMALL = ["quickstart", "dsf_vs_ecmp", "mixed_workloads", "gw_regional_ring"]
+LARGE = ["llama3_24k", "multi_building_129k"]
+
+
+def _commands_agree(name, with_sweep=True):
+    sc = config.load(os.path.join(CONFIGS, f"{name}.yaml"))
+    model = scenario.prepare(sc)
+    run = cli.fleet_result(model, model.evaluate())["step_time_s"]
+    # optimize: the baseline of its exact objective (a knob on the first link group when it has none)
+    group = next(iter(model.info.groups))
+    value = model.info.groups[group].value
+    knobs = sc.optimize.knobs if sc.optimize else (optimize.Knob(group, value / 2, value * 2),)
+    optimize.Space(model.info, knobs, sc.optimize.cost if sc.optimize else optimize.CostModel())
+    baseline = optimize.baseline_value(model.objective()[1], model.network)
+    # sweep: one point at the scenario's own values of the grid's groups
+    groups = list(sc.sweep.axes) if sc.sweep else [group]
+    point = sweep.grid(**{g: [model.info.groups[g].value] for g in groups})
+    swept = float(sweep.sweep(cli.sweep_evaluation(model), point)["step_time_s"][0]) if with_sweep else run
+    # failures: the healthy case of the failure evaluation
+    if sc.failures is not None:
+        report = resilience.evaluate_failures(model, resilience.failure_scenarios(model)[:1])
+        healthy = max(report.healthy.values())
+    else:
+        healthy = max(resilience.job_step_times(model).values())
+    values = {"run": run, "optimize baseline": baseline, "sweep": swept, "failures healthy": healthy}
+    return values
+    for what, v in values.items():
+        assert v == pytest.approx(run, rel=1e-9, abs=0), (name, what, values)
+
+
+@pytest.mark.parametrize("name", SMALL)
+def test_every_command_evaluates_the_same_step_time(name):
+    _commands_agree(name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", LARGE)
+def test_every_command_evaluates_the_same_step_time_at_scale(name):
+    # the 24K step compiles in about a minute here; its sweep (a second, vmapped program of the same
+    # function) is left to the smaller configs
+    _commands_agree(name, with_sweep=name != "llama3_24k")
+
+
+# A small two-building scenario where every option has something to act on: an oversubscribed
+# leaf-spine in each building, a 100 km long-haul link, a TP x PP x DP job across both buildings,
+# a prefill/decode service whose KV caches cross the long-haul link, and a background class.
+BASE = yaml.safe_load("""
+name: walk
+fabric:
+  sites:
+    - name: b
+      copies: 2
+      scale_up: {size: 8, bandwidth: 400GB/s, latency: 1us}
+      scale_out: {tiers: 2, gpus_per_leaf: 8, leaves_per_pod: 8, spines_per_pod: 4, nic_bandwidth: 400Gbps,
+                  oversubscription: [2], latency: 1us}
+  long_haul:
+    - {a: b0, b: b1, capacity: 800Gbps, length: 100km}
+  routing: {policy: ecmp}
+workloads:
+  training:
+    - name: job
+      model: {name: small, layers: 8, hidden: 2048, ffn_hidden: 8192, heads: 16, kv_heads: 8, vocab: 32000,
+              seq_len: 2048}
+      parallelism: {tp: 8, pp: 2, dp: 4}
+      global_batch: 8
+      first_rank: 32
+  inference:
+    - name: serve
+      model: {name: small, layers: 8, hidden: 2048, ffn_hidden: 8192, heads: 16, kv_heads: 8, vocab: 32000,
+              seq_len: 2048}
+      prefill: {first_rank: 0, instances: 2, tp: 8}
+      decode: {first_rank: 96, instances: 2, tp: 8}
+      requests_per_s: 20
+      prompt_tokens: 4096
+  background:
+    - {name: storage, src: [16, 17, 18, 19], dst: [112, 113, 114, 115], rate: 5GB/s}
+""")
+
+KEEP = object()  # the base scenario's value
+
+# section -> key -> (edit of the base as {key path: value}, the values A and B, what to compare)
+# or a string: why the key cannot change this scenario's result.
+ROUTING = "fabric.routing"
+MODEL = "model"
+JOB = "workloads.training[0]"
+PAR = "workloads.training[0].parallelism"
+INF = "workloads.inference[0]"
+BG = "workloads.background[0]"
+WALK = {
+    ROUTING: {
+        "policy": ({}, "ecmp", "spray", "step"),
+        "max_paths": ({f"{ROUTING}.policy": "spray"}, 1, 16, "step"),
+        "site_paths": "two buildings joined by one link: there is one site-level path",
+        "seed": ({"fabric.long_haul[0].capacity": "25.6Tbps"}, 0, 3, "step"),  # collisions in the Clos matter
+        "qps": ({f"{ROUTING}.policy": "qp_scaling"}, 1, 8, "step"),
+    },
+    MODEL: {
+        "sharpness": ({}, 8.0, 64.0, "smooth"),
+        "step_latency": ({}, 0.0, 1e-4, "step"),
+        "window": ({}, None, "1MB", "step"),
+        "queueing": ({}, False, True, "step"),
+        "packet": ({f"{MODEL}.queueing": True}, "1KB", "64KB", "step"),
+        "buffer": ({f"{MODEL}.queueing": True}, "64KB", "64MB", "step"),
+        "fleet_iterations": "one training job: the coupling between jobs needs a second one",
+    },
+    JOB: {
+        "name": "a label",
+        "model": ({f"{JOB}.model.layers": 4}, KEEP, {**BASE["workloads"]["training"][0]["model"], "layers": 8},
+                  "step"),
+        "parallelism": "a section (walked key by key)",
+        "global_batch": ({}, 8, 16, "step"),
+        "micro_batch": ({f"{JOB}.global_batch": 16}, 1, 2, "step"),
+        "efficiency": ({}, 0.5, 0.25, "step"),
+        "peak_flops": ({}, 989e12, 400e12, "step"),
+        "grad_bytes": ({}, 2, 4, "step"),
+        "algorithm": ({}, "ring", "tree", "step"),
+        "first_rank": ({f"{BG}.src": [0, 1, 2, 3]}, 32, 0, "step"),
+    },
+    PAR: {
+        "tp": ({}, KEEP, 4, "step"),
+        "pp": ({}, KEEP, 1, "step"),
+        "dp": ({f"{PAR}.pp": 1, f"{JOB}.global_batch": 16}, 8, 4, "step"),
+        "cp": ({f"{PAR}.dp": 2}, 1, 2, "step"),
+        "ep": "the model has no experts",
+        "virtual_stages": ({f"{JOB}.global_batch": 16}, 1, 2, "step"),
+        "order": ({}, KEEP, ["tp", "cp", "dp", "pp"], "step"),
+        "tp_across_domains": "TP groups fit in one scale-up domain: it only permits other placements",
+    },
+    INF: {
+        "name": "a label",
+        "model": ({}, KEEP, "llama3-405b", "kv"),
+        "prefill": ({}, KEEP, {"first_rank": 64, "instances": 2, "tp": 8}, "kv"),  # next to decode
+        "decode": ({}, KEEP, {"first_rank": 16, "instances": 2, "tp": 8}, "kv"),  # next to prefill
+        "requests_per_s": ({}, KEEP, 60, "step"),
+        "prompt_tokens": ({}, KEEP, 1024, "kv"),
+    },
+    BG: {
+        "name": "a label",
+        "src": ({}, KEEP, [116, 117, 118, 119], "step"),  # no longer across the long-haul link
+        "dst": ({}, KEEP, [40, 48, 56, 64], "step"),
+        "rate": ({}, KEEP, "10GB/s", "step"),
+    },
+}
+SPECS = {ROUTING: config.ROUTING, MODEL: config.OPTIONS, JOB: config.TRAINING, PAR: config.PARALLELISM,
+         INF: config.INFERENCE, BG: config.BACKGROUND}
+
+
+def _set(data, path, value):
+    if value is KEEP:
+        return
+    keys = [k for part in path.split(".") for k in part.replace("]", "").split("[")]
+    node = data
+    for k in keys[:-1]:
+        node = node[int(k)] if isinstance(node, list) else node.setdefault(k, {})
+    last = keys[-1]
+    if value is None:
+        node.pop(last, None)
+    else:
+        node[last] = value
+
+
+_MEASURED = {}
+
+
+def _measure(data, what):
+    key = (yaml.safe_dump(data), what)  # the base case is measured once for all keys
+    if key not in _MEASURED:
+        _MEASURED[key] = _measure_now(data, what)
+    return _MEASURED[key]
+
+
+def _measure_now(data, what):
+    model = scenario.prepare(config.parse(data))
+    if what == "smooth":
+        return float(model.step_time(options=model.options.relaxed()))
+    fleet = model.evaluate()
+    return float(fleet.step_time) if what == "step" else float(fleet.kv_transfer_s["serve"])
+
+
+def test_the_walk_covers_every_key_of_the_schema():
+    for section, spec in SPECS.items():
+        assert set(WALK[section]) == set(spec), section
+
+
+CASES = [(section, key) for section, keys in WALK.items() for key, case in keys.items() if not isinstance(case, str)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("section, key", CASES, ids=[f"{s}.{k}" for s, k in CASES])
+def test_every_option_changes_the_result_where_it_matters(section, key):
+    edits, a, b, what = WALK[section][key]
+    data = copy.deepcopy(BASE)
+    for path, value in edits.items():
+        _set(data, path, value)
+    results = []
+    for value in (a, b):
+        case = copy.deepcopy(data)
+        _set(case, f"{section}.{key}", value)
+        results.append(_measure(case, what))
+    assert np.isfinite(results).all()
+    assert results[0] != pytest.approx(results[1], rel=1e-6), (section, key, results)
+
+
+def test_qps_one_is_ecmp_and_more_queue_pairs_help():
+    data = copy.deepcopy(BASE)
+    ecmp = _measure(data, "step")
+    data["fabric"]["routing"] = {"policy": "qp_scaling", "qps": 1}
+    assert _measure(data, "step") == pytest.approx(ecmp, rel=1e-12)
+    data["fabric"]["routing"]["qps"] = 8
+    assert _measure(data, "step") < ecmp
+
+
+def test_python_scenario_equals_the_yaml_one():
+    from flowmodel import fabric as fb
+
+    sc = config.parse(copy.deepcopy(BASE))
+    again = scenario.Scenario(sc.name, fb.Fleet(sites=sc.fleet.sites, long_haul=sc.fleet.long_haul),
+                              routing=scenario.Routing(), training=sc.training, inference=sc.inference,
+                              background=sc.background, options=Options())
+    assert float(scenario.prepare(again).evaluate().step_time) == float(scenario.prepare(sc).evaluate().step_time)
+    with pytest.raises(ValueError, match=r"routing.qps: must be an integer >= 1, got 0"):
+        scenario.Routing(qps=0)
+    with pytest.raises(ValueError, match="workloads: needs at least one training job or inference service"):
+        scenario.Scenario("empty", sc.fleet)
