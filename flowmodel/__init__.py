@@ -10,17 +10,21 @@ Public kernels (units are SI: bytes, seconds, bytes/s):
 Submodules, in the order data flows: fabric (scale-up / Clos / scale-across builders, compilation,
 link groups, failures, ASTRA-sim import), routing (candidate paths, ECMP / spray / QP scaling / WCMP),
 traffic (collectives, models, parallelism), steptime (phase times, pipeline schedules, training steps,
-several workloads), optimize (min-MLU splits, budgeted search), sweep (vmap, devices, processes),
-resilience (failure scenarios), config and cli (scenario files, the ``flowmodel`` command);
+several workloads), optimize (min-MLU splits, budgeted search); scenario (a typed scenario and its
+prepared model: the one assembly every command uses), config (YAML -> scenario), sweep (vmap,
+devices, processes), resilience (failure scenarios), cli (the ``flowmodel`` command);
 reference (float64 oracles and certificates), peers.simgrid (the SimGrid cross-check).
 """
 
+from . import config as config
 from . import fabric as fabric
 from . import optimize as optimize
 from . import reference as reference
 from . import resilience as resilience
 from . import routing as routing
+from . import scenario as scenario
 from . import steptime as steptime
+from . import sweep as sweep
 from . import traffic as traffic
 from ._congestion import link_bytes as link_bytes
 from ._congestion import queueing_delay as queueing_delay

@@ -31,7 +31,6 @@ flowmodel.config.ConfigError: workloads.training[0].global_bach: unknown key; di
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import math
 import re
@@ -308,7 +307,8 @@ def parse(data: Any) -> Scenario:
         congestion = _make(Congestion, dict(window=options["window"], queueing=options["queueing"],
                                             buffer_bytes=options["buffer"], **queue), "model", "congestion")
     model_options = _make(Options, dict(sharpness=options["sharpness"], step_latency=options["step_latency"],
-                                        congestion=congestion, fleet_iterations=options["fleet_iterations"]), "model", "options")
+                                        congestion=congestion, fleet_iterations=options["fleet_iterations"]),
+                          "model", "options")
     sw = raw["sweep"]
     sweep = None if sw is None else _make(SweepGrid, dict(grid=tuple(sw["grid"].items()), chunk=sw["chunk"]), "sweep")
     fl = raw["failures"]

@@ -108,7 +108,8 @@ class SweepGrid:
     chunk: int | None = None
 
     def __post_init__(self):
-        object.__setattr__(self, "grid", tuple((str(g), tuple(float(v) for v in vs)) for g, vs in dict(self.grid).items()))
+        grid = tuple((str(g), tuple(float(v) for v in vs)) for g, vs in dict(self.grid).items())
+        object.__setattr__(self, "grid", grid)
         if not self.grid:
             raise ValueError("sweep.grid: needs at least one link group")
         for group, values in self.grid:

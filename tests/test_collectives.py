@@ -19,16 +19,17 @@ def _one_switch(n, scale_up=None):
     return net, info, rt.Router(info)
 
 
-def _time(collective, net, router, alpha=0.0):
-    return float(sum(st.phase_time(st.route_phase(ph, router), net.capacity, net.latency, alpha=alpha)
+def _time(collective, net, router, step_latency=0.0):
+    return float(sum(st.phase_time(st.route_phase(ph, router), net.capacity, net.latency,
+                                   st.Options(step_latency=step_latency))
                      for ph in collective.phases))
 
 
 @pytest.mark.parametrize("n", [2, 5, 8])
 def test_ring_collectives_match_the_nccl_cost_model(n):
     net, info, router = _one_switch(n)
-    S, alpha = 3e9, 4e-6
-    step = 2 * HOP + alpha  # GPU -> leaf -> GPU, plus the software latency
+    S, step_latency = 3e9, 4e-6
+    step = 2 * HOP + step_latency  # GPU -> leaf -> GPU, plus the software latency
     cases = {
         tr.all_reduce(np.arange(n), S): S / B * 2 * (n - 1) / n + 2 * (n - 1) * step,
         tr.reduce_scatter(np.arange(n), S): S / B * (n - 1) / n + (n - 1) * step,
@@ -38,7 +39,7 @@ def test_ring_collectives_match_the_nccl_cost_model(n):
         tr.send_recv([0], [n - 1], S): S / B + step,
     }
     for coll, expected in cases.items():
-        assert _time(coll, net, router, alpha) == pytest.approx(expected, rel=1e-9), coll.kind
+        assert _time(coll, net, router, step_latency) == pytest.approx(expected, rel=1e-9), coll.kind
 
 
 def test_busbw_of_an_ideal_ring_is_the_link_bandwidth():

@@ -85,9 +85,9 @@ def test_window_caps_a_long_haul_transfer_at_window_over_rtt():
     plain = st.phase_time(rp, network.capacity, network.latency)
     np.testing.assert_allclose(plain, 1e9 / 50e9 + lat, rtol=1e-9)  # the 50 GB/s NIC is the bottleneck
     window = 64e6
-    capped = st.phase_time(rp, network.capacity, network.latency, congestion=st.Congestion(window=window))
+    capped = st.phase_time(rp, network.capacity, network.latency, st.Options(congestion=st.Congestion(window=window)))
     np.testing.assert_allclose(capped, 1e9 / (window / (2 * lat)) + lat, rtol=1e-9)
-    huge = st.phase_time(rp, network.capacity, network.latency, congestion=st.Congestion(window=1e12))
+    huge = st.phase_time(rp, network.capacity, network.latency, st.Options(congestion=st.Congestion(window=1e12)))
     np.testing.assert_allclose(huge, plain, rtol=1e-12)  # a window above the BDP changes nothing
 
 
@@ -95,9 +95,10 @@ def test_window_is_shared_by_a_flows_paths():
     network, info, router = _two_sites()
     ph = tr.send_recv([0], [2], 1e9).phases[0]
     cong = st.Congestion(window=32e6)
-    t_ecmp = st.phase_time(st.route_phase(ph, router, "ecmp"), network.capacity, network.latency, congestion=cong)
+    t_ecmp = st.phase_time(st.route_phase(ph, router, "ecmp"), network.capacity, network.latency,
+                           st.Options(congestion=cong))
     t_qp = st.phase_time(st.route_phase(ph, router, "qp_scaling", qps=4), network.capacity, network.latency,
-                         congestion=cong)
+                         st.Options(congestion=cong))
     np.testing.assert_allclose(t_qp, t_ecmp, rtol=1e-9)  # 4 queue pairs, each a quarter of the window
 
 
@@ -107,7 +108,7 @@ def test_queueing_adds_the_full_buffer_delay_on_saturated_links():
     rp = st.route_phase(tr.send_recv([0], [1], 1e9).phases[0], rt.Router(info))
     buffer = 4e6
     cong = st.Congestion(queueing=True, buffer_bytes=buffer)
-    t = st.phase_time(rp, network.capacity, network.latency, congestion=cong)
+    t = st.phase_time(rp, network.capacity, network.latency, st.Options(congestion=cong))
     # the flow fills both its links (GPU -> switch -> GPU): each is at utilisation 1, delay buffer / c
     np.testing.assert_allclose(t, 1e9 / 400e9 + 2 * buffer / 400e9, rtol=1e-9)
     assert float(st.phase_time(rp, network.capacity, network.latency)) < float(t)
@@ -123,7 +124,7 @@ def test_congestion_in_step_time_is_monotone_and_differentiable():
                      seq_len=2048)
     job = tr.Training(model, tr.Parallelism(tp=8, dp=2), global_batch=8)
     plan = st.plan_training(job, info, rt.Router(info))
-    times = [float(st.step_time(plan, network, congestion=c).step_time)
+    times = [float(st.step_time(plan, network, st.Options(congestion=c)).step_time)
              for c in (None, st.Congestion(window=256e6), st.Congestion(window=16e6),
                        st.Congestion(window=16e6, queueing=True))]
     assert times[0] <= times[1] < times[2] < times[3]
@@ -132,7 +133,7 @@ def test_congestion_in_step_time_is_monotone_and_differentiable():
 
     def f(scale):
         net = fb.Network(capacity=network.capacity * scale, latency=network.latency * scale)
-        return st.step_time(plan, net, congestion=cong, jit=False).step_time
+        return st.step_time(plan, net, st.Options(congestion=cong)).step_time
 
     g = jax.grad(f)(1.0)
     h = 1e-6

@@ -9,6 +9,7 @@ import pytest
 from flowmodel import fabric as fb
 from flowmodel import optimize as opt
 from flowmodel import routing as rt
+from flowmodel import scenario as sc
 from flowmodel import steptime as st
 from flowmodel import traffic as tr
 
@@ -16,10 +17,13 @@ TINY = tr.Model("tiny", layers=4, hidden=1024, ffn_hidden=4096, heads=16, kv_hea
 SITE = fb.Clos(tiers=2, gpus_per_leaf=4, leaves_per_pod=2, spines_per_pod=2, latency=1e-6)
 
 
-def _two_sites(capacity=10e9):
+def _fleet(capacity=10e9):
     sites = tuple(fb.Site(n, scale_out=SITE, scale_up=fb.ScaleUp(size=4)) for n in "ab")
-    fleet = fb.Fleet(sites=sites, long_haul=(fb.LongHaul("a", "b", capacity=capacity, length_km=100.0),))
-    return fb.compile_fabric(fb.build(fleet))
+    return fb.Fleet(sites=sites, long_haul=(fb.LongHaul("a", "b", capacity=capacity, length_km=100.0),))
+
+
+def _two_sites(capacity=10e9):
+    return fb.compile_fabric(fb.build(_fleet(capacity)))
 
 
 def test_spends_a_long_haul_budget_on_the_bottleneck():
@@ -29,7 +33,8 @@ def test_spends_a_long_haul_budget_on_the_bottleneck():
     space = opt.Space(info, (opt.Knob("long_haul/a-b", 10e9, 400e9),), opt.CostModel(per_gbps_km=1.0))
     target = 100e9  # below the 4 x 50 GB/s the DP rings could push across: the link stays the bottleneck
     budget = target / opt.GBPS * 100.0 * 2  # both directions, 100 km
-    objective, exact = opt.training_objective([plan])
+    model = sc.prepare(sc.Scenario("two sites", _fleet(), training=(job,)))
+    objective, exact = model.objective()
     res = opt.minimize(objective, net, space, exact=exact, budget=budget, steps=80)
     assert res.parameters["long_haul/a-b"]["value"] == pytest.approx(target, rel=0.01)
     assert res.parameters["long_haul/a-b"]["unit"] == "bytes/s"
@@ -51,7 +56,8 @@ def test_wcmp_weights_undo_an_ecmp_collision():
     space = opt.Space(info, (), opt.CostModel())
 
     def time(n, lg, sharpness=None):
-        return st.phase_time(rp.with_logits(lg["p"]), n.capacity, n.latency, sharpness=sharpness)
+        options = st.EXACT if sharpness is None else st.Options(rates="smooth", sharpness=sharpness)
+        return st.phase_time(rp.with_logits(lg["p"]), n.capacity, n.latency, options)
 
     res = opt.minimize(lambda n, lg: time(n, lg, 256.0), net, space, exact=lambda n, lg: float(time(n, lg)),
                        logits={"p": np.zeros(rp.num_candidates)}, steps=150, optimizer=__import__("optax").adam(0.1))
@@ -72,7 +78,8 @@ def _line():
                       opt.CostModel(per_gbps_km=1.0))
 
     def time(n, lg, sharpness=None):
-        return sum(st.phase_time(rp, n.capacity, n.latency, sharpness=sharpness) for rp in rps)
+        options = st.EXACT if sharpness is None else st.Options(rates="smooth", sharpness=sharpness)
+        return sum(st.phase_time(rp, n.capacity, n.latency, options) for rp in rps)
 
     return net, info, space, time
 

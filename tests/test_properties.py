@@ -15,6 +15,7 @@ import flowmodel as fm
 from flowmodel import fabric as fb
 from flowmodel import resilience as rs
 from flowmodel import routing as rt
+from flowmodel import scenario as sc
 from flowmodel import steptime as st
 from flowmodel import traffic as tr
 
@@ -59,10 +60,10 @@ def test_rates_on_random_fabrics_pass_the_certificate(fleet, seed, policy):
 @given(fleet=fleets(), tp=hs.sampled_from([1, 2]), pp=hs.sampled_from([1, 2]), fraction=hs.floats(0.1, 0.9),
        which=hs.integers(0, 10**6))
 def test_step_time_is_finite_deterministic_and_monotone_under_degradation(fleet, tp, pp, fraction, which):
-    net, info = fb.compile_fabric(fb.build(fleet))
-    dp = info.num_gpus // (tp * pp)
+    dp = fleet.num_gpus // (tp * pp)
     job = tr.Training(TINY, tr.Parallelism(tp=tp, pp=pp, dp=dp), global_batch=dp * 2 * pp)
-    plan = st.plan_training(job, info, rt.Router(info))
+    model = sc.prepare(sc.Scenario("random", fleet, training=(job,)))
+    net, info, plan = model.network, model.info, model.plans[0]
     res = st.step_time(plan, net)
     t = float(res.step_time)
     assert np.isfinite(t) and t > 0
@@ -70,7 +71,7 @@ def test_step_time_is_finite_deterministic_and_monotone_under_degradation(fleet,
     assert float(st.step_time(plan, net).step_time) == t  # deterministic
     mask = np.ones((2, info.num_links))
     mask[1, which % info.num_links] = fraction  # one link degraded, routes kept
-    both = np.asarray(rs.degraded_step_times(plan, net, mask))
+    both = np.asarray(rs.degraded_step_times(model, mask))
     assert both[0] == pytest.approx(t, rel=1e-12)
     assert both[1] >= t * (1 - 1e-9)
 
@@ -104,13 +105,13 @@ def test_kernels_match_the_oracle_across_orders_of_magnitude(seed, cap_exp, spre
 @settings(max_examples=6, **SETTINGS)
 @given(fleet=fleets(), kill=hs.integers(0, 10**6))
 def test_random_failures_report_or_reroute_never_nan(fleet, kill):
-    g = fb.build(fleet)
-    net, info = fb.compile_fabric(g)
-    dp = info.num_gpus
+    dp = fleet.num_gpus
     job = tr.Training(TINY, tr.Parallelism(tp=1, pp=1, dp=dp), global_batch=dp, name="j")
+    model = sc.prepare(sc.Scenario("random", fleet, training=(job,)))
+    g = model.graph
     cables = [(u, v) for u, v, d in g.edges(data=True) if d["direction"] == "up" and d["tier"] != "scale_up"]
     u, v = cables[kill % len(cables)]
-    report = rs.evaluate_failures(g, [job], [rs.Failure("cut", cables=((u, v),))])
+    report = rs.evaluate_failures(model, [rs.Failure("cut", cables=((u, v),))])
     t = report.step_times["j"][0]
     assert not np.isnan(t)
     # a job that loses a path is reported, not dropped; otherwise it is re-routed (a GPU whose NIC is

@@ -9,6 +9,7 @@ import pytest
 
 from flowmodel import fabric as fb
 from flowmodel import routing as rt
+from flowmodel import scenario as sc
 from flowmodel import steptime as st
 from flowmodel import traffic as tr
 
@@ -146,11 +147,11 @@ def test_step_time_gradient_matches_finite_differences():
 def test_smooth_model_tracks_the_exact_one():
     net, info, plan = _setup(_fleet(ratio=4.0), JOB)
     exact = float(st.step_time(plan, net).step_time)
-    smooth = [float(st.step_time(plan, net, sharpness=a).step_time) for a in (16.0, 256.0)]
+    smooth = [float(st.step_time(plan, net, st.Options(rates="smooth", sharpness=a)).step_time) for a in (16.0, 256.0)]
     # static alpha-fair rates (no re-sharing) and a soft max: an upper bound that tightens with sharpness
     assert exact * (1 - 1e-9) <= smooth[1] <= smooth[0] and smooth[1] <= 1.1 * exact
     g = jax.grad(lambda c: st.step_time(plan, fb.Network(capacity=c, latency=net.latency),
-                                        sharpness=64.0).step_time)(net.capacity)
+                                        st.Options(rates="smooth")).step_time)(net.capacity)
     assert np.isfinite(np.asarray(g)).all() and float(np.abs(g).sum()) > 0
 
 
@@ -236,39 +237,35 @@ def test_step_time_is_differentiable_in_routing_logits():
 
 def test_concurrent_jobs_slow_each_other_only_where_they_share_links():
     fleet = _fleet(ratio=4.0)
-    net, info = fb.compile_fabric(fb.build(fleet))
-    router = rt.Router(info)
     par = tr.Parallelism(tp=4, pp=1, dp=4)
     # pod 0 holds ranks 0-15, pod 1 ranks 16-31: each job takes half of each pod, so DP crosses pods
     a = tr.Training(TINY, par, global_batch=16, name="a", ranks=tuple([*range(0, 8), *range(16, 24)]))
     b = tr.Training(TINY, par, global_batch=16, name="b", ranks=tuple([*range(8, 16), *range(24, 32)]))
-    alone = st.evaluate_fleet([a], net, info, router)
-    both = st.evaluate_fleet([a, b], net, info, router)
-    assert both.converged and both.iterations < 50
+    alone = sc.prepare(sc.Scenario("alone", fleet, training=(a,))).evaluate()
+    both = sc.prepare(sc.Scenario("both", fleet, training=(a, b))).evaluate()
+    assert bool(both.converged) and both.iterations == st.Options().fleet_iterations
     t_alone, t_both = float(alone.steps["a"].step_time), float(both.steps["a"].step_time)
     assert t_both > t_alone  # the spine-aggregation links are shared
     assert float(both.steps["a"].breakdown["tp"]) == pytest.approx(float(alone.steps["a"].breakdown["tp"]))
     with pytest.raises(ValueError, match="GPU rank 0 belongs to both 'a' and 'c'"):
-        st.evaluate_fleet([a, dataclasses.replace(b, name="c", ranks=tuple(range(16)))], net, info, router)
+        sc.prepare(sc.Scenario("clash", fleet, training=(a, dataclasses.replace(b, name="c", ranks=tuple(range(16))))))
 
 
 def test_disaggregated_inference_kv_transfer_and_background():
-    net, info = fb.compile_fabric(fb.build(_fleet()))
-    router = rt.Router(info)
     model = tr.llama3_405b()
-    serve = st.Inference("serve", model, prefill=((0, 1, 2, 3),), decode=((16, 17, 18, 19),), requests_per_s=1.0,
+    serve = tr.Inference("serve", model, prefill=((0, 1, 2, 3),), decode=((16, 17, 18, 19),), requests_per_s=1.0,
                          prompt_tokens=8192)
     assert serve.kv_bytes == 8192 * 504 * 1024  # ~4.1 GB per 8K prompt (DOMAIN.md)
-    idle = st.evaluate_fleet([], net, info, router, inference=(serve,))
+    idle = sc.prepare(sc.Scenario("idle", _fleet(), inference=(serve,))).evaluate()
     shard = serve.kv_bytes / 4
     # one NIC per shard at 50 GB/s, plus the average load of 1 request/s on the same NICs
     expected = shard / (50e9 - serve.kv_bytes / 4)
     assert idle.kv_transfer_s["serve"] == pytest.approx(expected, rel=1e-9)
-    storage = st.Background("storage", src=(0,), dst=(20,), rate=10e9)
-    busy = st.evaluate_fleet([], net, info, router, inference=(serve,), background=(storage,))
+    storage = tr.Background("storage", src=(0,), dst=(20,), rate=10e9)
+    busy = sc.prepare(sc.Scenario("busy", _fleet(), inference=(serve,), background=(storage,))).evaluate()
     assert busy.kv_transfer_s["serve"] > idle.kv_transfer_s["serve"]
     with pytest.raises(ValueError, match=r"inference\[x\]: prefill and decode"):
-        st.Inference("x", model, prefill=((0, 1),), decode=((2,),), requests_per_s=1.0, prompt_tokens=10)
+        tr.Inference("x", model, prefill=((0, 1),), decode=((2,),), requests_per_s=1.0, prompt_tokens=10)
 
 
 def test_moe_and_context_parallel_traffic():

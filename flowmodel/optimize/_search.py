@@ -203,11 +203,12 @@ def minimize(objective: Callable, network: Network, space: Space, *, exact: Call
       ...                  long_haul=(fb.LongHaul("a", "b", capacity=10e9, length_km=100.0),))
       >>> network, info = fb.compile_fabric(fb.build(fleet))
       >>> ring = [st.route_phase(p, rt.Router(info)) for p in tr.all_reduce(range(16), 1e9).phases]
-      >>> def seconds(net, logits, sharpness=None):
-      ...     return sum(st.phase_time(p, net.capacity, net.latency, sharpness=sharpness) for p in ring)
+      >>> def seconds(net, logits, options=st.EXACT):
+      ...     return sum(st.phase_time(p, net.capacity, net.latency, options) for p in ring)
       >>> space = optimize.Space(info, (optimize.Knob("long_haul/a-b", 10e9, 400e9),),
       ...                        optimize.CostModel(per_gbps_km=1.0))
-      >>> res = optimize.minimize(lambda n, lg: seconds(n, lg, 64.0), network, space, budget=160_000,
+      >>> smooth = st.Options(rates="smooth")
+      >>> res = optimize.minimize(lambda n, lg: seconds(n, lg, smooth), network, space, budget=160_000,
       ...                         exact=lambda n, lg: float(seconds(n, lg)), steps=60)
       >>> round(res.parameters["long_haul/a-b"]["value"] / 1e9)  # GB/s: the whole budget
       100

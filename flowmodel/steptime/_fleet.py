@@ -18,7 +18,6 @@ import numpy as np
 
 from ..fabric import FabricInfo, Network
 from ..routing import Router
-from ..traffic import Background, Inference
 from ._comm import EXACT, Options, RoutedPhase, background_load, phase_time, residual_capacity
 from ._training import StepResult, TrainingPlan, step_bytes, step_time
 
