@@ -4,9 +4,10 @@
         [--out out/mixed_workloads]
 
 Evaluates the scenario's training job alone, then with the inference service at increasing request
-rates, then with the background classes too (every workload at once, mean-field coupling). Prints
-the step time, its inflation over training alone, and one request's KV transfer time; writes
-OUT/result.json and OUT/mixed_workloads.png.
+rates, then with the background classes too (every workload at once, mean-field coupling): each
+case is the scenario with its inference and background sections replaced, prepared again (its
+routing and model options as they are). Prints the step time, its inflation over training alone,
+and one request's KV transfer time; writes OUT/result.json and OUT/mixed_workloads.png.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-from flowmodel import config, fabric, routing, steptime  # noqa: E402
-from flowmodel._io import write_json_atomic  # noqa: E402
+from flowmodel import config, scenario  # noqa: E402
 from flowmodel.plots import new_figure, save_figure  # noqa: E402
+from flowmodel.results import write_json  # noqa: E402
 
 RATES = [0.5, 1.0, 2.0, 4.0, 8.0]
 
@@ -33,16 +34,15 @@ def main() -> None:
     args = ap.parse_args()
 
     sc = config.load(args.config)
-    network, info = fabric.compile_fabric(fabric.build(sc.fleet))
-    router = routing.Router(info, max_paths=sc.routing["max_paths"])
-    jobs = list(sc.training)
-    job = jobs[0].name
+    if not sc.training:
+        raise SystemExit(f"{args.config}: needs a training job")
+    job = sc.training[0].name
 
     def run(inference=(), background=()):
-        res = steptime.evaluate_fleet(jobs, network, info, router, inference=inference, background=background,
-                                      alpha=sc.alpha, congestion=sc.congestion)
+        model = scenario.prepare(dataclasses.replace(sc, inference=inference, background=background))
+        res = model.evaluate()
         kv = next(iter(res.kv_transfer_s.values()), float("nan"))
-        return float(res.steps[job].step_time), kv
+        return float(res.steps[job].step_time), float(kv)
 
     alone, _ = run()
     rows = [{"case": "training alone", "rate": 0.0, "step_time_s": alone, "kv_ms": float("nan")}]
@@ -57,7 +57,7 @@ def main() -> None:
     for r in rows:
         print(f"{r['case']:<28} {r['rate']:>6.1f} {r['step_time_s']:>8.4f} {r['step_time_s'] / alone - 1:>+10.1%} "
               f"{r['kv_ms']:>8.2f}")
-    write_json_atomic(os.path.join(args.out, "result.json"), {"scenario": sc.name, "rows": rows})
+    write_json(os.path.join(args.out, "result.json"), {"scenario": sc.name, "rows": rows})
     plt = new_figure()
     fig, ax = plt.subplots(figsize=(5, 3.2))
     for label in ("+ inference", "+ inference + background"):

@@ -1,12 +1,13 @@
 """Quickstart: max-min rates on a fat-tree, checked, explained, and differentiated.
 
-    python experiments/quickstart.py [--k 8] [--flows 4000] [--seed 0] [--out out/quickstart]
+    python experiments/quickstart.py [--k 8] [--flows 4000] [--seed 0] [--out out/quickstart_kernels]
 
 Builds a k-ary fat-tree (400 Gbps = 50 GB/s links, +-30% heterogeneity), draws distinct random host
 pairs with one random ECMP path each, and computes exact max-min rates. It then checks them against
 the float64 oracle and the max-min certificate, reports which tier bottlenecks the flows, and asks the
 gradient which tier's capacity buys the most aggregate throughput per byte/s. Writes
-``OUT/result.json`` (atomically) and prints a table.
+``OUT/result.json`` (atomically) and prints a table. This is the kernel-level demo (no scenario):
+``flowmodel run configs/quickstart.yaml`` is the campus scenario, and writes ``out/quickstart``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 import flowmodel as fm  # noqa: E402
-from flowmodel._io import write_json_atomic  # noqa: E402
+from flowmodel.results import write_json  # noqa: E402
 
 
 def main() -> None:
@@ -30,7 +31,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=8)
     ap.add_argument("--flows", type=int, default=4000)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default="out/quickstart")
+    ap.add_argument("--out", default="out/quickstart_kernels")
     args = ap.parse_args()
 
     ft = fm.fabric.fat_tree(args.k, capacity=50e9, heterogeneity=0.3, seed=args.seed)
@@ -77,7 +78,7 @@ def main() -> None:
         "certificate": "holds",
         "tiers": per_tier,
     }
-    write_json_atomic(os.path.join(args.out, "result.json"), result)
+    write_json(os.path.join(args.out, "result.json"), result)
 
     print(f"fat-tree k={args.k}: {ft.num_hosts} hosts, {ft.num_links} links, {args.flows} flows")
     print(f"max-min solve: {structure.num_passes} passes, {solve_s:.2f} s incl. compilation; "

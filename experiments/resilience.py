@@ -3,10 +3,12 @@
     PYTHONPATH=. python experiments/resilience.py [--config configs/gw_regional_ring.yaml]
         [--out out/resilience]
 
-Evaluates the scenario's job healthy and under each failure of the config's ``failures`` section
-(re-routed), and reports the expected and p99 step time and the worst scenario. Then plans long-haul
-capacity under the config's budget twice: for the healthy ring only, and for the expected step time
-over healthy + failure scenarios. Writes OUT/result.json and OUT/resilience.png.
+Prepares the scenario and evaluates its job healthy and under each failure of the config's
+``failures`` section (the scenario prepared again on each failed fabric: re-routed with its routing
+section), and reports the expected and p99 step time and the worst scenario. Then plans the
+``optimize`` section's knobs under its budget twice: for the healthy fabric only (the model's
+objective), and for the expected step time over healthy (weight ``failures.healthy_weight``) +
+failure scenarios. Writes OUT/result.json and OUT/resilience.png.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ import optax
 
 jax.config.update("jax_enable_x64", True)
 
-from flowmodel import config, fabric, optimize, resilience, routing, steptime  # noqa: E402
-from flowmodel._io import write_json_atomic  # noqa: E402
+from flowmodel import config, optimize, resilience, scenario  # noqa: E402
 from flowmodel.plots import new_figure, save_figure  # noqa: E402
+from flowmodel.results import write_json  # noqa: E402
 
 
 def main() -> None:
@@ -32,13 +34,12 @@ def main() -> None:
     args = ap.parse_args()
 
     sc = config.load(args.config)
-    if sc.failures is None or sc.optimize is None:
-        raise SystemExit(f"{args.config}: needs failures and optimize sections")
-    f = sc.failures
-    g = fabric.build(sc.fleet)
-    scenarios = resilience.single_failures(g, tiers=f["tiers"] or (), switch_kinds=f["switch_kinds"] or (),
-                                           sites=f["sites"], fraction=f["fraction"], probability=f["probability"])
-    report = resilience.evaluate_failures(g, list(sc.training), scenarios, alpha=sc.alpha, congestion=sc.congestion)
+    if sc.failures is None or sc.optimize is None or not sc.training:
+        raise SystemExit(f"{args.config}: needs a training job and failures and optimize sections")
+    f, o = sc.failures, sc.optimize
+    model = scenario.prepare(sc)
+    scenarios = resilience.failure_scenarios(model)
+    report = resilience.evaluate_failures(model, scenarios)
     job = sc.training[0].name
     t = report.step_times[job]
     print(f"\n{sc.name}: {job}, healthy {report.healthy[job]:.4f} s")
@@ -47,27 +48,28 @@ def main() -> None:
     print(f"  over the failure scenarios: expected {report.expected[job]:.4f} s, p99 {report.p99[job]:.4f} s, "
           f"worst {report.worst[job][0]}")
 
-    network, info = fabric.compile_fabric(g)
-    space = optimize.Space(info, sc.knobs, sc.cost)
-    groups = [k.group for k in sc.knobs]
-    plans = [steptime.plan_training(j, info, routing.Router(info)) for j in sc.training]
-    plain = optimize.training_objective(plans, sharpness=sc.sharpness, alpha=sc.alpha, congestion=sc.congestion)
-    aware = resilience.expected_objective(g, list(sc.training), scenarios, groups, healthy_weight=f["healthy_weight"],
-                                          alpha=sc.alpha, congestion=sc.congestion, sharpness=sc.sharpness)
-    o = sc.optimize
+    space = optimize.Space(model.info, o.knobs, o.cost)
+    groups = [k.group for k in o.knobs]
+    plain = model.objective()
+    aware_objective, aware_exact, lost = resilience.expected_objective(model, scenarios, groups,
+                                                                       healthy_weight=f.healthy_weight)
+    if lost:
+        print(f"  left out of the expectation (they disconnect a job): {', '.join(lost)}")
     runs = {}
-    for label, (objective, exact) in (("failure-free plan", plain), ("resilience-aware plan", aware[:2])):
-        res = optimize.minimize(objective, network, space, exact=exact, budget=o["budget"], steps=o["steps"],
-                                optimizer=optax.adam(o["learning_rate"]))
+    for label, (objective, exact) in (("failure-free plan", plain), ("resilience-aware plan",
+                                                                      (aware_objective, aware_exact))):
+        res = optimize.minimize(objective, model.network, space, exact=exact, budget=o.budget, steps=o.steps,
+                                optimizer=optax.adam(o.learning_rate), restarts=o.restarts, seed=o.seed)
         runs[label] = {"parameters": {k: v["value"] for k, v in res.parameters.items()},
-                       "healthy_s": plain[1](res.network, {}), "expected_s": aware[1](res.network, {})}
-    print(f"\nplans under budget {o['budget']:.6g}; E = expected over the healthy ring (weight "
-          f"{f['healthy_weight']:g}) and each failure (weight {f['probability']:g})")
+                       "healthy_s": plain[1](res.network, {}), "expected_s": aware_exact(res.network, {})}
+    budget = "no budget" if o.budget is None else f"budget {o.budget:.6g}"
+    print(f"\nplans under {budget}; E = expected over the healthy fabric (weight "
+          f"{f.healthy_weight:g}) and each failure (weight {f.probability:g})")
     print(f"{'plan':<24} {'healthy s':>10} {'E step s':>11}  " + "  ".join(n.split("/")[1] for n in groups))
     for label, r in runs.items():
         caps = "  ".join(f"{r['parameters'][n] * 8 / 1e12:>{len(n.split('/')[1])}.2f}" for n in groups)
         print(f"{label:<24} {r['healthy_s']:>10.4f} {r['expected_s']:>11.4f}  {caps}  (Tbps)")
-    write_json_atomic(os.path.join(args.out, "result.json"), {
+    write_json(os.path.join(args.out, "result.json"), {
         "scenario": sc.name, "healthy_s": report.healthy[job], "failures": dict(zip(report.scenarios, t.tolist())),
         "expected_s": report.expected[job], "p99_s": report.p99[job], "worst": report.worst[job],
         "disconnected": report.disconnected[job], "plans": runs})

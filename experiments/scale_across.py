@@ -4,15 +4,17 @@ capacity and distance, for ring and tree gradient all-reduce; and what a transpo
     PYTHONPATH=. python experiments/scale_across.py [--out out/scale_across]
 
 Each site: 64 GPUs (8-GPU NVSwitch domains, a 2-tier 400 Gbps Clos); sites on a ring with equal
-segments; one TP8 x DP(8 x sites) job of an 8B-class model. For each site count and distance, one
-vmapped sweep over the long-haul capacity. Then, for 2 sites at 1.6 Tbps (ring), the step time when
-every flow's bytes in flight are limited to a window (rate <= window / RTT, ``steptime.Congestion``).
+segments; one TP8 x DP(8 x sites) job of an 8B-class model; 2 us per-step latency. Each (site count,
+distance, algorithm) is one scenario, prepared once; one vmapped sweep of its step time over the
+long-haul capacity. Then, for 2 sites at 1.6 Tbps (ring), the step time when every flow's bytes in
+flight are limited to a window (rate <= window / RTT, ``steptime.Congestion`` in the model options).
 Writes OUT/result.json and OUT/scale_across.png.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 
 import jax
@@ -21,39 +23,37 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 from flowmodel import fabric as fb  # noqa: E402
-from flowmodel import routing, steptime, sweep  # noqa: E402
+from flowmodel import scenario, steptime, sweep  # noqa: E402
 from flowmodel import traffic as tr  # noqa: E402
-from flowmodel._io import write_json_atomic  # noqa: E402
 from flowmodel.plots import new_figure, save_figure  # noqa: E402
+from flowmodel.results import write_json  # noqa: E402
 
 MODEL = tr.Model("8b-class", layers=32, hidden=4096, ffn_hidden=14336, heads=32, kv_heads=8, vocab=128256,
                  seq_len=8192)
 SITE = fb.Clos(tiers=2, gpus_per_leaf=16, leaves_per_pod=4, spines_per_pod=4, latency=1e-6)
+OPTIONS = steptime.Options(step_latency=2e-6)
 CAPACITIES = np.array([0.4e12, 1.6e12, 6.4e12]) / 8  # bytes/s for 0.4, 1.6, 6.4 Tbps
 DISTANCES = (100.0, 500.0, 1000.0, 2000.0)  # km between neighbouring sites
 WINDOWS = (None, 256e6, 64e6, 16e6)  # bytes in flight per flow
 
 
-def _fabric(sites: int, km: float, capacity: float):
+def study(sites: int, km: float, capacity: float, algorithm: str = "ring") -> scenario.Scenario:
+    """``sites`` sites on a ring of ``km`` segments of ``capacity`` bytes/s, one DP job over all of them."""
     names = [f"s{i}" for i in range(sites)]
     fleet = fb.Fleet(sites=tuple(fb.Site(n, scale_out=SITE, scale_up=fb.ScaleUp(size=8)) for n in names),
                      long_haul=fb.ring(names, capacity=capacity, length_km=km))
-    network, info = fb.compile_fabric(fb.build(fleet))
-    return network, info, routing.Router(info)
-
-
-def _job(sites: int, algorithm: str = "ring") -> tr.Training:
-    return tr.Training(MODEL, tr.Parallelism(tp=8, dp=8 * sites), global_batch=16 * sites, algorithm=algorithm)
+    job = tr.Training(MODEL, tr.Parallelism(tp=8, dp=8 * sites), global_batch=16 * sites, algorithm=algorithm,
+                      name=f"dp-{algorithm}")
+    return scenario.Scenario(f"scale_across_{sites}x{km:g}km", fleet, training=(job,), options=OPTIONS)
 
 
 def window_rows() -> list[dict]:
     rows = []
     for km in DISTANCES:
-        network, info, router = _fabric(2, km, 1.6e12 / 8)
-        plan = steptime.plan_training(_job(2), info, router)
+        model = scenario.prepare(study(2, km, 1.6e12 / 8))
         for window in WINDOWS:
             congestion = None if window is None else steptime.Congestion(window=window)
-            t = steptime.step_time(plan, network, alpha=2e-6, congestion=congestion).step_time
+            t = model.evaluate(options=dataclasses.replace(model.options, congestion=congestion)).step_time
             rows.append({"km": km, "window_MB": None if window is None else window / 1e6, "step_time_s": float(t)})
     return rows
 
@@ -65,12 +65,11 @@ def main() -> None:
     rows = []
     for sites in (2, 3, 5):
         for km in DISTANCES:
-            network, info, router = _fabric(sites, km, CAPACITIES[0])
-            groups = [g.name for g in info.groups.values() if g.name.startswith("long_haul/")]
             for algorithm in ("ring", "tree"):
-                plan = steptime.plan_training(_job(sites, algorithm), info, router)
-                table = sweep.sweep(lambda p: {"step_time_s": steptime.step_time(
-                    plan, fb.apply_groups(network, info, {g: p["capacity"] for g in groups}), alpha=2e-6).step_time},
+                model = scenario.prepare(study(sites, km, CAPACITIES[0], algorithm))
+                groups = [g for g in model.info.groups if g.startswith("long_haul/")]
+                table = sweep.sweep(lambda p: {"step_time_s": model.step_time(
+                    fb.apply_groups(model.network, model.info, {g: p["capacity"] for g in groups}))},
                     {"capacity": CAPACITIES})
                 for cap, t in zip(CAPACITIES, table["step_time_s"]):
                     rows.append({"sites": sites, "km": km, "algorithm": algorithm, "tbps": cap * 8 / 1e12,
@@ -86,7 +85,7 @@ def main() -> None:
     print(f"{'km':>6} " + " ".join(f"{'none' if w is None else f'{w / 1e6:.0f} MB':>8}" for w in WINDOWS))
     for km in DISTANCES:
         print(f"{km:>6.0f} " + " ".join(f"{r['step_time_s']:>8.3f}" for r in windows if r["km"] == km))
-    write_json_atomic(os.path.join(args.out, "result.json"), {"capacity_sweep": rows, "windows": windows})
+    write_json(os.path.join(args.out, "result.json"), {"capacity_sweep": rows, "windows": windows})
     plt = new_figure()
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
     for sites, style in ((2, "-"), (5, "--")):

@@ -64,7 +64,7 @@ def _prepare(scenario, quiet: bool):
 
 
 def cmd_run(scenario, out: str, quiet: bool) -> dict:
-    from ._io import write_json_atomic
+    from .results import write_json
 
     t0 = time.perf_counter()
     model = _prepare(scenario, quiet)
@@ -75,7 +75,7 @@ def cmd_run(scenario, out: str, quiet: bool) -> dict:
             _table(list(job["breakdown"].items()), f"{name}: step time {job['step_time_s']:.4f} s", quiet)
         for name, seconds in result["kv_transfer_s"].items():
             print(f"\n{name}: KV transfer of one request {seconds * 1e3:.2f} ms")
-    write_json_atomic(os.path.join(out, "result.json"), result)
+    write_json(os.path.join(out, "result.json"), result)
     return result
 
 
@@ -83,7 +83,7 @@ def cmd_optimize(scenario, out: str, quiet: bool) -> dict:
     import optax
 
     from . import optimize, plots
-    from ._io import write_json_atomic
+    from .results import write_json
 
     if scenario.optimize is None:
         raise ValueError("optimize: the config has no optimize section")
@@ -115,7 +115,7 @@ def cmd_optimize(scenario, out: str, quiet: bool) -> dict:
     plots.loss_curve(res.history, os.path.join(out, "loss.png"))
     plots.breakdown_bars({"baseline": result["baseline_breakdown"], "optimized": result["optimized_breakdown"]},
                          os.path.join(out, "breakdown.png"))
-    write_json_atomic(os.path.join(out, "result.json"), result)
+    write_json(os.path.join(out, "result.json"), result)
     if not quiet:
         print(f"{scenario.name}: step time {res.baseline:.4f} s -> {res.optimized:.4f} s "
               f"({res.optimized / res.baseline - 1:+.1%}), cost {res.cost:.6g}"
@@ -174,7 +174,7 @@ def cmd_sweep(scenario, out: str, quiet: bool) -> dict:
 
 def cmd_failures(scenario, out: str, quiet: bool) -> dict:
     from . import resilience
-    from ._io import write_json_atomic
+    from .results import write_json
 
     if scenario.failures is None:
         raise ValueError("failures: the config has no failures section")
@@ -191,7 +191,7 @@ def cmd_failures(scenario, out: str, quiet: bool) -> dict:
                    "worst": {"scenario": report.worst[name][0], "step_time_s": report.worst[name][1]},
                    "disconnected": report.disconnected[name]} for name in report.step_times}
     result = {"scenario": scenario.name, "failures": report.scenarios, "jobs": jobs}
-    write_json_atomic(os.path.join(out, "result.json"), result)
+    write_json(os.path.join(out, "result.json"), result)
     if not quiet:
         for name, job in jobs.items():
             print(f"\n{name}: healthy {job['healthy_step_time_s']:.4f} s, expected {job['expected_step_time_s']:.4f} s,"

@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
+import io
+
+from .results import write_bytes
 
 
 def save_figure(fig, path: str) -> None:
-    """Save ``fig`` as a PNG at ``path`` through a temporary file in the same folder."""
-    folder = os.path.dirname(path) or "."
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".png")
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=120, bbox_inches="tight")
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    """Save ``fig`` as a PNG at ``path``, atomically (``results.write_bytes``)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
+    write_bytes(path, buffer.getvalue())
 
 
 def new_figure():

@@ -26,7 +26,6 @@ import io
 import itertools
 import math
 import os
-import tempfile
 from collections.abc import Callable, Mapping
 
 import jax
@@ -34,7 +33,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from ._io import write_json_atomic
+from .results import write_json, write_text
 
 
 def grid(**axes) -> dict[str, np.ndarray]:
@@ -137,12 +136,8 @@ def write_table(columns: Mapping[str, np.ndarray], folder: str, name: str = "swe
     writer = csv.DictWriter(buffer, fieldnames=keys)
     writer.writeheader()
     writer.writerows(rows)
-    os.makedirs(folder, exist_ok=True)
     csv_path = os.path.join(folder, f"{name}.csv")
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(buffer.getvalue())
-    os.replace(tmp, csv_path)
+    write_text(csv_path, buffer.getvalue())
     json_path = os.path.join(folder, f"{name}.json")
-    write_json_atomic(json_path, rows)
+    write_json(json_path, rows)
     return csv_path, json_path
