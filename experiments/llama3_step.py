@@ -1,4 +1,4 @@
-"""Llama 3 405B training step on Meta's 24K-GPU cluster layout (DOMAIN.md).
+"""Llama 3 405B training step on Meta's 24K-GPU cluster layout (docs/sources.md).
 
     PYTHONPATH=. python experiments/llama3_step.py [--config configs/llama3_24k.yaml] [--efficiency 0.6]
         [--virtual-stages 4] [--policy ecmp] [--aggregation 7.0] [--out out/llama3_step]
@@ -28,7 +28,7 @@ jax.config.update("jax_enable_x64", True)
 from flowmodel import config, scenario  # noqa: E402
 from flowmodel.results import write_json  # noqa: E402
 
-PUBLIC_STEP_S = 6 * 405e9 * 2048 * 8192 / (16_384 * 400e12)  # DOMAIN.md: ~6.2 s at ~400 TFLOP/s per GPU
+PUBLIC_STEP_S = 6 * 405e9 * 2048 * 8192 / (16_384 * 400e12)  # docs/sources.md: ~6.2 s at ~400 TFLOP/s per GPU
 
 
 def with_aggregation(site, ratio: float):

@@ -172,7 +172,7 @@ def test_background_classes_take_capacity_first():
 def test_llama3_405b_figures():
     model = tr.llama3_405b()
     assert model.params == pytest.approx(405e9, rel=0.01)
-    assert model.kv_bytes_per_token() == 504 * 1024  # DOMAIN.md: ~504 KiB per token
+    assert model.kv_bytes_per_token() == 504 * 1024  # docs/sources.md: ~504 KiB per token
     job = tr.llama3_405b_training()
     assert job.micro_batches == 16 and job.parallelism.size == 16_384
 
@@ -255,7 +255,7 @@ def test_disaggregated_inference_kv_transfer_and_background():
     model = tr.llama3_405b()
     serve = tr.Inference("serve", model, prefill=((0, 1, 2, 3),), decode=((16, 17, 18, 19),), requests_per_s=1.0,
                          prompt_tokens=8192)
-    assert serve.kv_bytes == 8192 * 504 * 1024  # ~4.1 GB per 8K prompt (DOMAIN.md)
+    assert serve.kv_bytes == 8192 * 504 * 1024  # ~4.1 GB per 8K prompt (docs/sources.md)
     idle = sc.prepare(sc.Scenario("idle", _fleet(), inference=(serve,))).evaluate()
     shard = serve.kv_bytes / 4
     # one NIC per shard at 50 GB/s, plus the average load of 1 request/s on the same NICs

@@ -3,7 +3,7 @@
     PYTHONPATH=. python3 experiments/benchmarks/scale.py [--sizes 1k 24k] [--sweep 16] [--json FILE]
 
 Fleets: ``1k`` (two 512-GPU buildings, 30 km), ``24k`` (Meta's 24K layout, one site), ``129k``
-(five 25,600-GPU buildings on a campus ring, DOMAIN.md "Larger fleets"), ``gw`` (four 25,600-GPU
+(five 25,600-GPU buildings on a campus ring, docs/sources.md "Larger fleets"), ``gw`` (four 25,600-GPU
 sites on a regional ring, 100 - 2,000 km segments). Job: TP8 inside each NVSwitch
 domain, DP over every GPU (ring all-reduce of an 8B-class model's gradients, overlapped with the
 backward pass). Prints build, first-call (compile + run), warm forward and gradient times (the

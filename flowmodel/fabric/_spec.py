@@ -12,7 +12,7 @@ import math
 import numbers
 from collections.abc import Mapping, Sequence
 
-FIBRE_DELAY_S_PER_KM = 4.9e-6  # light in fibre: ~1,000 km is ~10 ms round trip (DOMAIN.md)
+FIBRE_DELAY_S_PER_KM = 4.9e-6  # light in fibre: ~1,000 km is ~10 ms round trip (docs/sources.md)
 
 
 def _positive(where: str, value, *, integer: bool = False) -> None:
@@ -43,7 +43,7 @@ class ScaleUp:
     """
 
     size: int = 8
-    bandwidth: float = 400e9  # ASTRA-sim's validated HGX-H100 setting (DOMAIN.md, scale-up)
+    bandwidth: float = 400e9  # ASTRA-sim's validated HGX-H100 setting (docs/sources.md, scale-up)
     latency: float = 936e-9
     topology: str = "switch"
 
@@ -306,7 +306,7 @@ def ring_of_regions(regions: Mapping[str, Sequence[str]], *, campus_capacity: fl
 
 
 def meta_24k(*, nic_bandwidth: float = 50e9, aggregation_oversubscription: float = 7.0) -> Fleet:
-    """Meta's 24K-GPU Llama 3 cluster (DOMAIN.md, "Meta's 24K-GPU cluster").
+    """Meta's 24K-GPU Llama 3 cluster (docs/sources.md, "Meta's 24K-GPU cluster").
 
     24,576 GPUs: HGX servers of 8 GPUs, 2 per rack (16 GPUs per rack switch), 192 racks per AI zone,
     8 zones. Rack -> cluster switch 1:2 (undersubscribed), cluster -> aggregation 7:1. Assumed where

@@ -2,7 +2,7 @@
 
 Per layer and micro-batch, tensor parallelism with sequence parallelism runs two all-gathers and two
 reduce-scatters of the ``b x s x h`` activation in the forward pass and again in the backward pass,
-blocking (DOMAIN.md); context parallelism all-gathers K and V forward and reduce-scatters their
+blocking (docs/sources.md); context parallelism all-gathers K and V forward and reduce-scatters their
 gradients backward; MoE layers run two all-to-alls (dispatch, combine) each way. A virtual stage's
 forward time is its layers' compute plus that communication; backward compute is twice forward.
 Pipeline stages send ``b x s x h / (tp x cp)`` bytes per rank per micro-batch each way. Each

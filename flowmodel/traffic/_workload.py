@@ -210,7 +210,7 @@ class Training:
 
 
 def llama3_405b() -> Model:
-    """Llama 3 405B (DOMAIN.md, "Meta's 24K-GPU cluster (Llama 3)")."""
+    """Llama 3 405B (docs/sources.md, "Meta's 24K-GPU cluster (Llama 3)")."""
     return Model("llama3-405b", layers=126, hidden=16_384, ffn_hidden=53_248, heads=128, kv_heads=8, vocab=128_256,
                  seq_len=8_192)
 
