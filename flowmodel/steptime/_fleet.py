@@ -113,7 +113,9 @@ def evaluate_fleet(plans: list[TrainingPlan], network: Network, options: Options
             if sweep:
                 change = jnp.maximum(change, jnp.abs(new - times[j]) / new)
             times[j] = new
-    converged = jnp.asarray(True) if len(plans) <= 1 else change <= tol
+    if len(plans) <= 1:  # nothing to couple: exact after one evaluation
+        change = jnp.zeros(())
+    converged = change <= tol
 
     kv = {}
     total = fixed + sum((per_step[i] / times[i] for i in range(len(plans))), jnp.zeros(L))
