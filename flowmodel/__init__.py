@@ -1,12 +1,14 @@
 """flowmodel: a differentiable flow-level model of AI fleet networks, written in JAX.
 
-Public kernels (units are SI: bytes, seconds, bytes/s):
+Public kernels (``flowmodel.kernels``; units are SI: bytes, seconds, bytes/s):
   maxmin_rates          exact weighted max-min fair rates with per-flow caps
   maxmin_structure      the same, plus the bottleneck structure the solve found
   smooth_maxmin_rates   alpha-fair relaxation for gradient search
   completion_times      fluid finish times: flows start, share max-min rates, re-share on every event
-  window_limited_rate, queueing_delay, scheduled_bound, soft_max, route_latency, rtt_weights
-                        congestion and latency models (_congestion.py)
+  incidence, Incidence  the flows of each link, prepared once from routes and passed to the kernels
+                        (also into your own jit/vmap) so that they keep the sparse solve
+  window_limited_rate, queueing_delay, scheduled_bound, soft_max, route_latency, rtt_weights, link_bytes
+                        congestion and latency models (kernels/congestion.py)
 Submodules, in the order data flows: fabric (scale-up / Clos / scale-across builders, compilation,
 link groups, failures, ASTRA-sim import), routing (candidate paths, ECMP / spray / QP scaling / WCMP),
 traffic (collectives, models, parallelism), steptime (phase times, pipeline schedules, training steps,
@@ -18,6 +20,7 @@ reference (float64 oracles and certificates), peers.simgrid (the SimGrid cross-c
 
 from . import config as config
 from . import fabric as fabric
+from . import kernels as kernels
 from . import optimize as optimize
 from . import reference as reference
 from . import resilience as resilience
@@ -26,19 +29,21 @@ from . import scenario as scenario
 from . import steptime as steptime
 from . import sweep as sweep
 from . import traffic as traffic
-from ._congestion import link_bytes as link_bytes
-from ._congestion import queueing_delay as queueing_delay
-from ._congestion import route_latency as route_latency
-from ._congestion import rtt_weights as rtt_weights
-from ._congestion import scheduled_bound as scheduled_bound
-from ._congestion import soft_max as soft_max
-from ._congestion import window_limited_rate as window_limited_rate
-from ._fluid import Events as Events
-from ._fluid import completion_events as completion_events
-from ._fluid import completion_times as completion_times
-from ._maxmin import MaxMinStructure as MaxMinStructure
-from ._maxmin import maxmin_rates as maxmin_rates
-from ._maxmin import maxmin_structure as maxmin_structure
-from ._smooth import smooth_maxmin_rates as smooth_maxmin_rates
+from .kernels import Events as Events
+from .kernels import Incidence as Incidence
+from .kernels import MaxMinStructure as MaxMinStructure
+from .kernels import completion_events as completion_events
+from .kernels import completion_times as completion_times
+from .kernels import incidence as incidence
+from .kernels import link_bytes as link_bytes
+from .kernels import maxmin_rates as maxmin_rates
+from .kernels import maxmin_structure as maxmin_structure
+from .kernels import queueing_delay as queueing_delay
+from .kernels import route_latency as route_latency
+from .kernels import rtt_weights as rtt_weights
+from .kernels import scheduled_bound as scheduled_bound
+from .kernels import smooth_maxmin_rates as smooth_maxmin_rates
+from .kernels import soft_max as soft_max
+from .kernels import window_limited_rate as window_limited_rate
 
 __version__ = "0.1.0"

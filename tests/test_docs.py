@@ -12,7 +12,8 @@ import flowmodel
 MODULES = sorted(m.name for m in pkgutil.walk_packages(flowmodel.__path__, "flowmodel."))
 # where a user starts: each of these must show at least one runnable example
 EXAMPLES_REQUIRED = {
-    "flowmodel._maxmin", "flowmodel._fluid", "flowmodel._smooth", "flowmodel._congestion", "flowmodel.fabric",
+    "flowmodel.kernels.maxmin", "flowmodel.kernels.fluid", "flowmodel.kernels.smooth", "flowmodel.kernels.congestion",
+    "flowmodel.kernels._incidence", "flowmodel.fabric",
     "flowmodel.routing", "flowmodel.traffic", "flowmodel.steptime", "flowmodel.optimize._search",
     "flowmodel.optimize._mlu", "flowmodel.sweep", "flowmodel.resilience", "flowmodel.config",
 }

@@ -9,8 +9,9 @@ import pytest
 from conftest import random_instance
 
 import flowmodel as fm
-from flowmodel import _fluid, _maxmin
-from flowmodel._fluid import event_count
+from flowmodel.kernels import _waterfill, event_count
+from flowmodel.kernels import fluid as _fluid
+from flowmodel.kernels import maxmin as _maxmin
 from flowmodel.reference import completion_times as oracle
 
 
@@ -80,8 +81,8 @@ def test_deferred_freezing_with_caps_and_staggered_starts_matches_oracle(monkeyp
     ft, rng, routes, sizes = fat_tree_flows(3, 4, F)
     lim = np.where(rng.random(F) < 0.3, rng.uniform(5e9, 3e10, F), np.inf)
     start = rng.uniform(0, 0.02, F)
-    monkeypatch.setattr(_maxmin, "freeze_slots", lambda candidates, degree: min(candidates * degree, 3))
-    args = _fluid._prepare_fluid(routes, sizes, ft.capacity, None, lim, start, None, True)
+    monkeypatch.setattr(_waterfill, "freeze_slots", lambda candidates, degree: min(candidates * degree, 3))
+    args = _fluid._prepare_fluid(routes, sizes, ft.capacity, None, lim, start, None, None, True)
     # fresh traces, so that programs compiled with the usual slots are not reused
     structure = jax.jit(lambda *a: _maxmin._forward(*a, _fluid._CANDIDATES, True)[1])
     st = structure(*args[:2], *args[3:6])
@@ -104,7 +105,7 @@ def test_every_way_a_refill_resumes_matches_oracle(monkeypatch, rows):
     limit = np.where(rng.random(F) < 0.3, rng.uniform(2e9, 2e10, F), np.inf)
     start = np.where(rng.random(F) < 0.1, rng.uniform(0, 0.05, F), 0.0)
     monkeypatch.setattr(_fluid, "_SNAPSHOT_ROWS", rows)
-    args = _fluid._prepare_fluid(routes, sizes, ft.capacity, None, limit, start, None, True)
+    args = _fluid._prepare_fluid(routes, sizes, ft.capacity, None, limit, start, None, None, True)
     simulate = jax.jit(lambda *a: _fluid._simulate(*a, has_caps=True))  # fresh trace for this row count
     finish, events = simulate(*args[:-1])
     assert event_count(events) > F // 2
@@ -155,6 +156,31 @@ def test_dense_path_and_vmap():
     batched = jax.vmap(lambda c: fm.completion_times(routes, sizes, c, weights=w))(caps)
     for b in range(4):
         np.testing.assert_allclose(batched[b], oracle(routes, sizes, caps[b], w), rtol=1e-9)
+
+
+def test_inside_jit_with_an_incidence_the_sparse_event_loop_runs():
+    F = 120
+    ft, rng, routes, sizes = fat_tree_flows(7, 8, F)
+    start = rng.uniform(0, 0.02, F)
+    inc = fm.incidence(routes, ft.num_links)
+    fn = lambda c, r, i: fm.completion_times(r, sizes, c, start_times=start, incidence=i)  # noqa: E731
+    # the sparse fill picks its candidate links with top_k; the dense solve has none
+    assert "top_k" in str(jax.make_jaxpr(fn)(ft.capacity, routes, inc))
+    assert "top_k" not in str(jax.make_jaxpr(lambda c, r: fm.completion_times(r, sizes, c))(ft.capacity, routes))
+    events_fn = lambda c, r, i: fm.completion_events(r, sizes, c, start_times=start, incidence=i)  # noqa: E731
+    got, events = jax.jit(events_fn)(ft.capacity, routes, inc)
+    assert event_count(events) > F // 2
+    np.testing.assert_allclose(got, fm.completion_times(routes, sizes, ft.capacity, start_times=start), rtol=1e-12)
+    np.testing.assert_allclose(got, oracle(routes, sizes, ft.capacity, start_times=start), rtol=1e-9)
+    # the gradient through the jitted call against central differences of the eager one
+    a = rng.normal(size=F)
+    g = jax.jit(jax.grad(lambda c, r, i: jnp.vdot(a, fn(c, r, i))))(ft.capacity, routes, inc)
+    f = lambda c: float(jnp.vdot(a, fm.completion_times(routes, sizes, c, start_times=start)))  # noqa: E731
+    v = rng.normal(size=ft.num_links) * ft.capacity
+    eps = 1e-7
+    fd = (f(ft.capacity + eps * v) - f(ft.capacity - eps * v)) / (2 * eps)
+    assert np.all(np.isfinite(g))
+    assert abs(float(jnp.vdot(g, v)) - fd) <= 1e-5 * float(jnp.sum(jnp.abs(g * v)))
 
 
 def test_float32_close_to_float64():

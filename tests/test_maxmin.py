@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import flowmodel as fm
-from flowmodel import _maxmin
+from flowmodel.kernels import _waterfill
+from flowmodel.kernels import maxmin as _maxmin
 from flowmodel.reference import maxmin_rates as oracle
 from flowmodel.reference import maxmin_violations
 
@@ -103,7 +104,7 @@ def test_dense_path_equals_sparse_path(rng):
 @pytest.mark.parametrize("candidates", [2, 3, 64])
 def test_candidate_count_does_not_change_rates(rng, candidates):
     routes, cap, w, lim = random_instance(rng, 40, 12, 6)
-    members = _maxmin.link_members(routes, 12)
+    members = fm.incidence(routes, 12).members
     rates = _maxmin._rates_jit(jnp.asarray(routes), members, jnp.asarray(cap), jnp.asarray(w), jnp.asarray(lim),
                                candidates, True)
     np.testing.assert_allclose(rates, oracle(routes, cap, w, lim), rtol=1e-9)
@@ -116,7 +117,7 @@ def test_links_tied_at_the_minimum_freeze_in_one_pass():
     routes = np.array([[i, 10] for i in range(10)] + [[10, -1]])
     cap = np.array([10.0] * 10 + [200.0])
     ones, inf = jnp.ones(11), jnp.full(11, jnp.inf)
-    members = _maxmin.link_members(routes, 11)
+    members = fm.incidence(routes, 11).members
     rates, st = _maxmin._structure_jit(jnp.asarray(routes, jnp.int32), members, jnp.asarray(cap), ones, inf, 2, False)
     np.testing.assert_allclose(rates, [10.0] * 10 + [100.0], rtol=1e-12)
     np.testing.assert_allclose(rates, oracle(routes, cap), rtol=1e-12)
@@ -127,8 +128,8 @@ def test_a_pass_defers_flows_beyond_its_slots_exactly(rng):
     # 600 flows on 12 links: passes select more flows than they may freeze (freeze_slots), so some freeze
     # a pass after their bottleneck; rates and gradients must equal the oracle's and the dense solve's
     routes, cap, w, lim = random_instance(rng, 600, 12, 3, caps=0.2)
-    members = _maxmin.link_members(routes, 12)
-    assert _maxmin.freeze_slots(2, members.shape[1]) < 2 * members.shape[1]
+    members = fm.incidence(routes, 12).members
+    assert _waterfill.freeze_slots(2, members.shape[1]) < 2 * members.shape[1]
     r = jnp.asarray(routes)
     rates, st = _maxmin._structure_jit(r, members, jnp.asarray(cap), jnp.asarray(w), jnp.asarray(lim), 2, True)
     bneck = np.asarray(st.bottleneck)
@@ -150,7 +151,7 @@ def test_gradient_through_a_pass_that_freezes_more_flows_than_a_candidate_pass_c
     # 100 equal links with one flow each tie at the minimum: one pass freezes all 100 flows, far more
     # than the 2 candidate links x 1 flow a candidate pass reads; the adjoint must still reach each one
     routes = np.arange(100, dtype=np.int32)[:, None]
-    members = _maxmin.link_members(routes, 100)
+    members = fm.incidence(routes, 100).members
     a = np.random.default_rng(0).normal(size=100)
     ones, inf = jnp.ones(100), jnp.full(100, jnp.inf)
     _, st = _maxmin._structure_jit(jnp.asarray(routes), members, jnp.full(100, 10.0), ones, inf, 2, False)
@@ -198,6 +199,7 @@ def test_no_recompilation_for_new_values(rng):
     size = _maxmin._rates_jit._cache_size()
     for scale in (0.5, 2.0, 3.0):
         fm.maxmin_rates(routes, cap * scale, weights=w * scale, rate_limit=lim * scale)
+    fm.maxmin_rates(routes, cap, weights=w, rate_limit=lim, incidence=fm.incidence(routes, cap.size))
     assert _maxmin._rates_jit._cache_size() == size
 
 
@@ -262,6 +264,145 @@ def test_gradient_dense_path_equals_sparse_path(rng):
     sparse = jax.grad(lambda c: jnp.vdot(a, fm.maxmin_rates(routes, c, weights=w, rate_limit=lim)))(cap)
     dense = jax.jit(jax.grad(lambda c, r: jnp.vdot(a, fm.maxmin_rates(r, c, weights=w, rate_limit=lim))))(cap, routes)
     np.testing.assert_allclose(dense, sparse, rtol=1e-12, atol=1e-14)
+
+
+# ---- prepared incidence -------------------------------------------------------------------------
+
+def fat_tree_routes(k, F, seed):
+    """k-ary fat-tree (heterogeneous capacities) and F random host pairs on random ECMP paths."""
+    ft = fm.fabric.fat_tree(k, heterogeneity=0.5, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    src, dst = fm.fabric.random_pairs(ft.num_hosts, F, rng)
+    return ft, rng, ft.route(src, dst, rng)
+
+
+def runs_sparse_solve(fn, *args):
+    """Whether ``fn(*args)`` traces the sparse solve (its candidate links come from ``top_k``; the dense
+    solve has none)."""
+    return "top_k" in str(jax.make_jaxpr(fn)(*args))
+
+
+def test_incidence_lists_the_flows_of_each_link(rng):
+    routes, _, _, _ = random_instance(rng, 40, 12, 6, empty=0.1)
+    inc = fm.incidence(routes, 12)
+    assert (inc.num_flows, inc.num_links) == (40, 12)
+    assert inc.members.shape[0] == 13 and inc.members.shape[1] % 16 == 0
+    for link in range(13):  # row 12 is the dummy link of the -1 padding: empty
+        want = np.flatnonzero((routes == link).any(axis=1))
+        got = np.asarray(inc.members[link])
+        np.testing.assert_array_equal(got[: want.size], want)
+        assert np.all(got[want.size:] == 40)
+        assert int(inc.degree[link]) == want.size
+
+
+def test_a_traced_call_leaves_nothing_behind_for_the_next_eager_call():
+    # jit(vmap) over capacity with the routes a concrete device array takes the sparse solve with a table
+    # built inside the trace; an eager call on the same routes must not find it (a cache keyed by the
+    # routes' bytes did, and raised UnexpectedTracerError)
+    ft, rng, routes = fat_tree_routes(4, 200, 0)
+    routes = jnp.asarray(routes)
+    caps = jnp.asarray(ft.capacity * rng.uniform(0.8, 1.2, (3, ft.num_links)))
+    solve = jax.vmap(lambda c: fm.maxmin_rates(routes, c))
+    assert runs_sparse_solve(solve, caps)
+    batched = jax.jit(solve)(caps)
+    eager = fm.maxmin_rates(routes, caps[0])
+    np.testing.assert_allclose(eager, batched[0], rtol=1e-12)
+    np.testing.assert_allclose(eager, oracle(np.asarray(routes), np.asarray(caps[0])), rtol=1e-9)
+
+
+def test_inside_jit_with_an_incidence_argument_the_sparse_solve_runs(rng):
+    # one-hop flows on ~190 links of distinct fair shares: all are local bottlenecks at once, so the dense
+    # solve needs one pass and the sparse one (64 candidate links per pass) several
+    routes, cap, w, _ = random_instance(rng, 600, 200, 1)
+    inc = fm.incidence(routes, 200)
+    in_jit = jax.jit(lambda r, c, ww, i: fm.maxmin_structure(r, c, weights=ww, incidence=i))
+    dense = jax.jit(lambda r, c, ww: fm.maxmin_structure(r, c, weights=ww))
+    rates, st = in_jit(routes, cap, w, inc)
+    eager_rates, eager = fm.maxmin_structure(routes, cap, weights=w, incidence=inc)
+    dense_rates, st_dense = dense(routes, cap, w)
+    assert int(st_dense.num_passes) == 1
+    assert int(st.num_passes) == int(eager.num_passes) > 1
+    np.testing.assert_allclose(rates, eager_rates, rtol=1e-12)
+    np.testing.assert_allclose(rates, dense_rates, rtol=1e-12)
+    # a random fat-tree instance: the same structure as the eager solve, and the oracle's rates
+    ft, rng, routes = fat_tree_routes(4, 200, 2)
+    limit = np.where(rng.random(200) < 0.2, rng.uniform(1e9, 2e10, 200), np.inf)
+    inc = fm.incidence(routes, ft.num_links)
+    solve = lambda r, c, i: fm.maxmin_structure(r, c, rate_limit=limit, incidence=i)  # noqa: E731
+    assert runs_sparse_solve(solve, routes, ft.capacity, inc)
+    assert not runs_sparse_solve(lambda r, c: fm.maxmin_structure(r, c, rate_limit=limit), routes, ft.capacity)
+    rates, st = jax.jit(solve)(routes, ft.capacity, inc)
+    eager_rates, eager = fm.maxmin_structure(routes, ft.capacity, rate_limit=limit)
+    for got, want in zip(st, eager):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(rates, oracle(routes, ft.capacity, rate_limit=limit), rtol=1e-9)
+
+
+def test_vmap_over_capacity_with_an_incidence_equals_loop():
+    ft, rng, routes = fat_tree_routes(4, 200, 1)
+    limit = np.where(rng.random(200) < 0.2, rng.uniform(1e9, 2e10, 200), np.inf)
+    caps = ft.capacity * rng.uniform(0.5, 1.5, (5, ft.num_links))
+    inc = fm.incidence(routes, ft.num_links)
+    solve = jax.vmap(lambda r, c, i: fm.maxmin_rates(r, c, rate_limit=limit, incidence=i), in_axes=(None, 0, None))
+    assert runs_sparse_solve(solve, routes, caps, inc)
+    batched = jax.jit(solve)(routes, caps, inc)
+    for b in range(5):
+        np.testing.assert_allclose(batched[b], fm.maxmin_rates(routes, caps[b], rate_limit=limit), rtol=1e-12)
+        np.testing.assert_allclose(batched[b], oracle(routes, caps[b], rate_limit=limit), rtol=1e-9)
+
+
+def test_gradient_inside_jit_with_an_incidence_matches_eager_and_central_differences(rng):
+    def objective(c, w, lim, r, inc, a):
+        return jnp.vdot(a, fm.maxmin_rates(r, c, weights=w, rate_limit=lim, incidence=inc))
+
+    grad = jax.grad(objective, argnums=(0, 1, 2))
+    in_jit = jax.jit(grad)
+    checked = 0
+    for i in range(20):
+        routes, cap, w, lim = random_instance(rng, caps=0.4)
+        lim = np.where(np.isinf(lim), 1e3, lim)
+        lim[rng.random(lim.size) < 0.5] = np.inf
+        inc = fm.incidence(routes, cap.size)
+        a = rng.normal(size=w.size)
+        if i == 0:
+            assert runs_sparse_solve(grad, cap, w, lim, routes, inc, a)
+        got = in_jit(cap, w, lim, routes, inc, a)
+        want = jax.grad(_objective(routes, a), argnums=(0, 1, 2))(cap, w, lim)
+        for g, g0 in zip(got, want):
+            np.testing.assert_allclose(g, g0, rtol=1e-12, atol=1e-14)
+        v = rng.normal(size=cap.size) * cap
+        eps = 1e-6
+        plus, minus = (cap + eps * v, w, lim), (cap - eps * v, w, lim)
+        if not (_same_structure(routes, (cap, w, lim), plus) and _same_structure(routes, (cap, w, lim), minus)):
+            continue
+        fd = (objective(*plus, routes, inc, a) - objective(*minus, routes, inc, a)) / (2 * eps)
+        np.testing.assert_allclose(jnp.vdot(got[0], v), fd, rtol=1e-6, atol=1e-7 * abs(fd) + 1e-9)
+        checked += 1
+    assert checked >= 12
+
+
+def test_a_mismatched_incidence_raises(rng):
+    routes, cap, _, _ = random_instance(rng)  # 24 flows, 8 links
+    sizes = np.ones(24)
+    fewer = fm.incidence(routes[:20], 8)
+    shape = r"incidence was built for \(flows, links\) = \(20, 8\), but routes and capacity give \(24, 8\)"
+    with pytest.raises(ValueError, match=shape):
+        fm.maxmin_rates(routes, cap, incidence=fewer)
+    with pytest.raises(ValueError, match=shape):
+        fm.maxmin_structure(routes, cap, incidence=fewer)
+    with pytest.raises(ValueError, match=shape):
+        fm.completion_times(routes, sizes, cap, incidence=fewer)
+    with pytest.raises(ValueError, match=shape):  # shapes are checked under a trace too
+        jax.jit(lambda r, c, i: fm.maxmin_rates(r, c, incidence=i))(routes, cap, fewer)
+    with pytest.raises(ValueError, match=r"\(24, 9\), but routes and capacity give \(24, 8\)"):
+        fm.maxmin_rates(routes, cap, incidence=fm.incidence(routes, 9))
+    other, _, _, _ = random_instance(rng)  # same shapes, other routes
+    with pytest.raises(ValueError, match=r"incidence does not match routes: link \d+ carries"):
+        fm.completion_times(routes, sizes, cap, incidence=fm.incidence(other, 8))
+    with pytest.raises(ValueError, match="incidence must be an Incidence"):
+        fm.maxmin_rates(routes, cap, incidence=fm.incidence(routes, 8).members)
+    with pytest.raises(ValueError, match="incidence needs concrete routes"):
+        jax.jit(lambda r: fm.incidence(r, 8))(routes)
 
 
 # ---- bad input ----------------------------------------------------------------------------------

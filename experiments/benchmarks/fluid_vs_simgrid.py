@@ -23,7 +23,7 @@ jax.config.update("jax_enable_x64", True)
 from common import median_time, print_table, write_json  # noqa: E402
 
 import flowmodel as fm  # noqa: E402
-from flowmodel._fluid import event_count  # noqa: E402
+from flowmodel.kernels import event_count  # noqa: E402
 from flowmodel.peers import simgrid  # noqa: E402
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import yaml
 
 from .._checks import check_endpoints
-from ._build import CAPACITY, _Builder
+from ._build import CAPACITY, Builder
 from ._network import FabricInfo
 
 TOPOLOGIES = ("Ring", "FullyConnected", "Switch")
@@ -58,7 +58,7 @@ def from_astra(spec):
     counts = list(spec["npus_count"])
     total = int(np.prod(counts))
     strides = np.cumprod([1] + counts[:-1])
-    b = _Builder()
+    b = Builder()
     b.g.graph["num_gpus"] = total
     b.g.graph["astra"] = {"topology": list(spec["topology"]), "npus_count": counts}
     for i in range(total):

@@ -21,7 +21,7 @@ from ._spec import Clos, Fleet, ScaleUp, Site
 CAPACITY, OVERSUBSCRIPTION = "capacity", "oversubscription"
 
 
-class _Builder:
+class Builder:
     def __init__(self):
         self.g = nx.DiGraph(groups={})
         self.count = 0
@@ -41,7 +41,7 @@ class _Builder:
         self.link(upper, lower, direction="down", capacity=capacity, coef=coef, **attrs)
 
 
-def _add_scale_up(b: _Builder, site: Site, su: ScaleUp, first_domain: int) -> None:
+def _add_scale_up(b: Builder, site: Site, su: ScaleUp, first_domain: int) -> None:
     name = site.name
     group = b.group(f"{name}/scale_up", CAPACITY, su.bandwidth)
     common = dict(tier="scale_up", site=name, group=group, length_km=0.0)
@@ -68,7 +68,7 @@ def _leaf_of_gpu(i: int, clos: Clos, domain_size: int) -> int:
     return (server // clos.gpus_per_leaf) * domain_size + rail
 
 
-def _add_scale_out(b: _Builder, site: Site, clos: Clos) -> list[str]:
+def _add_scale_out(b: Builder, site: Site, clos: Clos) -> list[str]:
     """Adds the Clos of ``site``; returns its top-tier switches (where the border attaches)."""
     name, nic = site.name, clos.nic_bandwidth
     S, A, P, Lp = clos.spines_per_pod, clos.aggs_per_plane, clos.pods, clos.leaves_per_pod
@@ -128,7 +128,7 @@ def build(fleet: Fleet) -> nx.DiGraph:
     Link order is the build order: sites in order (scale-up, NIC, leaf-spine, spine-aggregation,
     border links), then long-haul links in order; each cable's up (or a -> b) link comes first.
     """
-    b = _Builder()
+    b = Builder()
     b.g.graph["num_gpus"] = fleet.num_gpus
     rank = domain = 0
     multi_site = len(fleet.sites) > 1

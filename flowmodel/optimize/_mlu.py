@@ -16,8 +16,8 @@ import numpy as np
 import optax
 
 from .. import _checks
-from .._congestion import link_bytes
 from .._types import Array, Float, Int
+from ..kernels import link_bytes
 
 
 def _segment_softmax(logits, owner, num):

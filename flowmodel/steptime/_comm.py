@@ -20,10 +20,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._checks import is_traced
-from .._congestion import link_bytes, queueing_delay, route_latency, soft_max, window_limited_rate
-from .._fluid import completion_times
-from .._smooth import smooth_maxmin_rates
 from ..fabric._network import FabricInfo
+from ..kernels import (
+    completion_times,
+    link_bytes,
+    queueing_delay,
+    route_latency,
+    smooth_maxmin_rates,
+    soft_max,
+    window_limited_rate,
+)
 from ..routing import Candidates, Router, SubFlows, route, wcmp
 from ..traffic._collectives import Phase
 

@@ -23,8 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._congestion import link_bytes, route_latency, scheduled_bound
 from ..fabric._network import FabricInfo, Network
+from ..kernels import link_bytes, route_latency, scheduled_bound
 from ..routing import Router
 from ..traffic._collectives import Phase, all_gather, all_reduce, all_to_all, bus_factor, reduce_scatter, send_recv
 from ..traffic._workload import Training

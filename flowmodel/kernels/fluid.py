@@ -29,24 +29,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _checks
-from ._maxmin import (
+from .. import _checks
+from .._types import Array, Float, Int
+from ._adjoint import adjoint
+from ._incidence import Incidence, link_sums, members_for, pad_routes, prepare
+from ._waterfill import (
     MaxMinStructure,
     Snapshots,
-    _adjoint,
-    _link_sums,
-    _prepare,
-    _solve,
-    _solve_sparse,
     fill,
     fill_result,
     fill_resume,
     fill_start,
-    link_members,
     pass_window,
+    solve_dense,
+    solve_sparse,
     sparse_tables,
 )
-from ._types import Array, Float, Int
 
 _TIE = 1e-12  # completions within this relative gap count as one event
 # Links examined per pass. Re-fills after a completion touch few levels, so fewer candidates per pass
@@ -80,9 +78,9 @@ class Events(NamedTuple):
 
 def _rates(routes, members, capacity, weights, rate_limit, present, has_caps):
     """Max-min rates of the ``present`` flows, solved in full (the backward pass replays each interval)."""
-    if members is None:  # traced routes: the dense solve
-        return _solve(routes, capacity, weights, rate_limit, present)
-    return _solve_sparse(routes, members, capacity, weights, rate_limit, candidates=_CANDIDATES,
+    if members is None:  # traced routes without an incidence: the dense solve
+        return solve_dense(routes, capacity, weights, rate_limit, present)
+    return solve_sparse(routes, members, capacity, weights, rate_limit, candidates=_CANDIDATES,
                          has_caps=has_caps, present=present)
 
 
@@ -134,7 +132,8 @@ def _after_event(t, rf: _Refill, completing, arriving):
 
     def many():  # a collective's equal flows complete together: one scatter over every flow
         done = jnp.append(completing, False)
-        gone = _link_sums(t, jnp.where(done, t.w, 0), done.astype(t.w.dtype), jnp.zeros_like(t.w))[:, :2]
+        gone = link_sums(t.r, jnp.stack([jnp.where(done, t.w, 0), done.astype(t.w.dtype)], axis=-1),
+                         t.cap.shape[0])
         first = jnp.minimum(pass_f, jnp.min(pass_l[t.r], axis=1))
         return rf.removed + gone, jnp.min(jnp.where(done, first, never))
 
@@ -149,7 +148,7 @@ def _simulate(routes, members, sizes, capacity, weights, rate_limit, start_times
     dtype = capacity.dtype
     max_events = 2 * F + 1  # every event activates or completes at least one flow
     lat = jnp.concatenate([latency, jnp.zeros((1,), dtype)])
-    arrival = start_times + jnp.sum(lat[jnp.where(routes < 0, L, routes)], axis=1)
+    arrival = start_times + jnp.sum(lat[pad_routes(routes, L)], axis=1)
     sparse = members is not None
     if sparse:
         t = sparse_tables(routes, members, capacity, weights, rate_limit, candidates=_CANDIDATES, has_caps=has_caps)
@@ -159,8 +158,8 @@ def _simulate(routes, members, sizes, capacity, weights, rate_limit, start_times
         active = arrived & ~done
         if sparse:
             rates, rf = _refill_rates(t, active, rf)
-        else:  # traced routes: the dense solve, always in full
-            rates, _ = _solve(routes, capacity, weights, rate_limit, active)
+        else:  # traced routes without an incidence: the dense solve, always in full
+            rates, _ = solve_dense(routes, capacity, weights, rate_limit, active)
         tau = jnp.where(active, remaining / jnp.where(active, rates, 1), jnp.inf)
         tau_min = jnp.min(tau)
         t_arrive = jnp.min(jnp.where(arrived, jnp.inf, arrival))
@@ -251,7 +250,7 @@ def _finish_bwd(has_caps, res, finish_bar):
         size_bar = size_bar.at[d].add(-mu_d)
         x_bar = jnp.where(active, mu * dt, 0)
         t_bar = t_bar.at[k].add(-jnp.sum(jnp.where(active, mu * rates, 0)))
-        c_b, w_b, l_b = _adjoint(routes, weights, rates, st, x_bar, window)
+        c_b, w_b, l_b = adjoint(routes, weights, rates, st, x_bar, window)
         return k - 1, t_bar, mu, size_bar, cap_bar + c_b, w_bar + w_b, lim_bar + l_b
 
     init = (ev.count - 2, t_bar0, jnp.zeros(F, dtype), jnp.zeros(F, dtype), jnp.zeros(L, dtype),
@@ -260,8 +259,7 @@ def _finish_bwd(has_caps, res, finish_bar):
     # activation events: t = start_g + latency along g
     is_arrival = (jnp.arange(E) < ev.count) & ~ev.completes
     start_bar = jax.ops.segment_sum(jnp.where(is_arrival, t_bar, 0), ev.cause, num_segments=F)
-    r = jnp.where(routes < 0, L, routes)
-    lat_bar = jax.ops.segment_sum(jnp.repeat(start_bar, r.shape[1]), r.reshape(-1), num_segments=L + 1)[:L]
+    lat_bar = link_sums(pad_routes(routes, L), start_bar, L + 1)[:L]
     return None, None, size_bar, cap_bar, w_bar, lim_bar, start_bar, lat_bar
 
 
@@ -278,9 +276,9 @@ def _simulate_jit(routes, members, sizes, capacity, weights, rate_limit, start_t
     return _simulate(routes, members, sizes, capacity, weights, rate_limit, start_times, latency, has_caps)
 
 
-def _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, latency, check):
+def _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, latency, incidence, check):
     has_caps = rate_limit is not None
-    routes, capacity, weights, rate_limit = _prepare(routes, capacity, weights, rate_limit, check)
+    routes, capacity, weights, rate_limit = prepare(routes, capacity, weights, rate_limit, check)
     F, L = routes.shape[0], capacity.shape[0]
     dtype = capacity.dtype
     sizes = jnp.asarray(sizes, dtype)
@@ -293,7 +291,7 @@ def _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, la
         _checks.check_values("sizes", sizes, positive=True, allow_inf=False)
         _checks.check_values("start_times", start_times, allow_inf=False)
         _checks.check_values("latency", latency, nonnegative=True, allow_inf=False)
-    members = link_members(routes, L)
+    members = members_for(routes, L, incidence, check)
     return routes, members, sizes, capacity, weights, rate_limit, start_times, latency, has_caps
 
 
@@ -306,6 +304,7 @@ def completion_times(
     rate_limit: Float[Array, "F"] | None = None,
     start_times: Float[Array, "F"] | None = None,
     latency: Float[Array, "L"] | None = None,
+    incidence: Incidence | None = None,
     check: bool = True,
 ) -> Float[Array, "F"]:
     """Absolute time at which each flow's last byte is sent, under fluid max-min sharing.
@@ -315,6 +314,10 @@ def completion_times(
       capacity: float[L] bytes/s > 0 (inf allowed).  weights, rate_limit: as in ``maxmin_rates``.
       start_times: float[F] seconds (default 0).  latency: float[L] seconds per link (default 0);
         a flow starts consuming bandwidth at start_time + the sum of its links' latencies.
+      incidence: ``fm.incidence(routes, L)``, prepared once, as in ``maxmin_rates``: without it an
+        eager call builds one per call, and a call whose routes are traced (under ``jax.jit``, NumPy
+        routes too) takes the dense solve in every event; inside your own ``jax.jit``, pass it (as an
+        argument or a constant) to keep the sparse, resumable solve.
       check: validate concrete inputs (``ValueError`` naming the argument, index and value).
 
     Returns:
@@ -334,14 +337,14 @@ def completion_times(
     >>> fm.completion_times([[0], [0]], [10.0, 30.0], [10.0], latency=[0.5]).tolist()
     [2.5, 4.5]
     """
-    args = _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, latency, check)
+    args = _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, latency, incidence, check)
     return _finish_jit(*args)
 
 
 def completion_events(routes, sizes, capacity, *, weights=None, rate_limit=None, start_times=None,
-                      latency=None, check: bool = True) -> tuple[Array, Events]:
+                      latency=None, incidence: Incidence | None = None, check: bool = True) -> tuple[Array, Events]:
     """``completion_times`` plus the :class:`Events` it simulated (how many, when, and why)."""
-    args = _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, latency, check)
+    args = _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, latency, incidence, check)
     return _simulate_jit(*args)
 
 

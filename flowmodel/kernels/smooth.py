@@ -21,23 +21,21 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from ._maxmin import _prepare
-from ._types import Array, Float, Int
+from .._types import Array, Float, Int
+from ._incidence import link_sums, pad_routes, prepare
 
 
 @functools.partial(jax.jit, static_argnames=("iterations",))
 def _smooth(routes, capacity, weights, rate_limit, sharpness, iterations, step):
-    F, H = routes.shape
     L = capacity.shape[0]
-    r = jnp.where(routes < 0, L, routes)
-    flat = r.reshape(-1)
+    r = pad_routes(routes, L)
     finite = jnp.isfinite(capacity)
     log_c = jnp.log(jnp.where(finite, capacity, 1))
     capped = jnp.isfinite(rate_limit)  # double where: no inf * 0 in the gradient of uncapped flows
     log_cap_level = jnp.where(capped, jnp.log(jnp.where(capped, rate_limit, 1.0)) - jnp.log(weights), jnp.inf)
 
     def per_link(values):
-        return jax.ops.segment_sum(jnp.repeat(values, H), flat, num_segments=L + 1)[:L]
+        return link_sums(r, values, L + 1)[:L]
 
     def levels(log_sigma):
         ls = jnp.concatenate([jnp.where(finite, log_sigma, jnp.inf), jnp.full((1,), jnp.inf, log_sigma.dtype)])
@@ -86,5 +84,5 @@ def smooth_maxmin_rates(
         raise ValueError(f"iterations must be a positive int, got {iterations!r}")
     if not 0 < step <= 1:
         raise ValueError(f"step must be in (0, 1], got {step}")
-    routes, capacity, weights, rate_limit = _prepare(routes, capacity, weights, rate_limit, check)
+    routes, capacity, weights, rate_limit = prepare(routes, capacity, weights, rate_limit, check)
     return _smooth(routes, capacity, weights, rate_limit, sharpness, iterations, step)

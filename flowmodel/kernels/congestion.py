@@ -8,7 +8,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ._types import Array, Float, Int
+from .._types import Array, Float, Int
+from ._incidence import link_sums, pad_routes
 
 
 def route_latency(routes: Int[Array, "F H"], latency: Float[Array, "L"]) -> Float[Array, "F"]:
@@ -16,7 +17,7 @@ def route_latency(routes: Int[Array, "F H"], latency: Float[Array, "L"]) -> Floa
     routes, latency = jnp.asarray(routes), jnp.asarray(latency)
     L = latency.shape[0]
     lat = jnp.concatenate([latency, jnp.zeros((1,), latency.dtype)])
-    return jnp.sum(lat[jnp.where(routes < 0, L, routes)], axis=1)
+    return jnp.sum(lat[pad_routes(routes, L)], axis=1)
 
 
 def window_limited_rate(routes, latency, window, *, rtt_factor: float = 2.0) -> Float[Array, "F"]:
@@ -72,10 +73,7 @@ def queueing_delay(load, capacity, *, packet_bytes: float = 4096.0, buffer_bytes
 
 def link_bytes(routes, sizes, num_links: int) -> Float[Array, "L"]:
     """Bytes each link carries when every flow sends ``sizes`` bytes along its route."""
-    routes = jnp.asarray(routes)
-    F, H = routes.shape
-    r = jnp.where(routes < 0, num_links, routes)
-    return jax.ops.segment_sum(jnp.repeat(jnp.asarray(sizes), H), r.reshape(-1), num_segments=num_links + 1)[:num_links]
+    return link_sums(pad_routes(jnp.asarray(routes), num_links), jnp.asarray(sizes), num_links + 1)[:num_links]
 
 
 def scheduled_bound(routes, sizes, capacity) -> Float[Array, ""]:

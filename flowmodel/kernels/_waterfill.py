@@ -1,4 +1,5 @@
-"""Exact weighted max-min fair rates (progressive filling), jittable, vmappable and differentiable.
+"""Weighted max-min water-filling: the structure a solve records, the dense solve, and the sparse passes
+with a resumable fill state and snapshots (the fluid event loop resumes a solve where it changed).
 
 Algorithm (parallel water-filling by local bottlenecks). Let a link's fair share be
 ``s_l = (c_l - frozen rate on l) / (sum of weights of active flows on l)`` and a flow's level
@@ -9,17 +10,7 @@ filling saturates it exactly at ``s_l``. Each pass therefore freezes *all* local
 flows whose cap is their level) at once, not only the global minimum. The number of passes is the
 length of the longest chain of bottleneck dependencies (about 130 on a k=16 fat-tree with 100K random
 ECMP flows), so speed comes from cheap passes: the sparse solve reads only the flows of the few links
-with the smallest shares (see ``_solve_sparse``).
-
-Differentiation. Rates are piecewise linear in (capacity, weights, rate_limit). The forward solve
-records the structure (each flow's pass and bottleneck, each bottleneck link's pass and share); the
-custom VJP solves the adjoint of the level-by-level replay
-
-    s_b = (c_b - sum_{f in b, pass_f < pass_b} x_f) / sum_{f in b, pass_f = pass_b} w_f
-    x_f = w_f * s_{b_f}   or   x_f = rate_limit_f   (capped flows)
-
-backwards over the passes. That is the exact derivative wherever the structure is locally stable,
-and a one-sided derivative at ties.
+with the smallest shares (see ``fill``), through the link-membership table of an ``Incidence``.
 """
 
 from __future__ import annotations
@@ -30,10 +21,9 @@ from typing import NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from . import _checks
-from ._types import Array, Float, Int
+from .._types import Array
+from ._incidence import link_sums, pad_routes
 
 
 class MaxMinStructure(NamedTuple):
@@ -59,17 +49,17 @@ class MaxMinStructure(NamedTuple):
 # Every pass freezes at least the flows at the global minimum level, so the pass bound is never reached
 # on valid input; reaching it (e.g. NaN values passed with check=False) raises instead of returning
 # unfrozen flows.
-_NO_PROGRESS = "maxmin_rates: water-filling made no progress (NaN or invalid input with check=False?)"
+NO_PROGRESS = "maxmin_rates: water-filling made no progress (NaN or invalid input with check=False?)"
 
 
-def _safe_div(num, den):
+def safe_div(num, den):
     """num / den where den > 0, else inf; gradient-safe (double where)."""
     ok = den > 0
     return jnp.where(ok, num / jnp.where(ok, den, 1), jnp.inf)
 
 
-def _solve(routes, capacity, weights, rate_limit, present=None):
-    """Forward water-filling over all links at once (works with traced routes).
+def solve_dense(routes, capacity, weights, rate_limit, present=None):
+    """Forward water-filling over all links at once (works with traced routes: needs no incidence).
 
     routes int[F,H] with -1 padding; ``present`` (bool[F]) restricts the solve to a subset of flows,
     the others get rate 0. Returns (rates, MaxMinStructure).
@@ -77,21 +67,17 @@ def _solve(routes, capacity, weights, rate_limit, present=None):
     F, _ = routes.shape
     L = capacity.shape[0]
     dtype = capacity.dtype
-    r = jnp.where(routes < 0, L, routes)  # -1 -> dummy link L (infinite capacity, never a bottleneck)
+    r = pad_routes(routes, L)  # -1 -> dummy link L (infinite capacity, never a bottleneck)
     flat = r.reshape(-1)
     cap = jnp.concatenate([capacity, jnp.full((1,), jnp.inf, dtype)])
     cap_level = rate_limit / weights
     seg = dict(num_segments=L + 1)
 
-    def per_link_sum(values):  # [F, C] -> [L+1, C], summed over the flows crossing each link
-        rep = jnp.broadcast_to(values[:, None, :], (F, r.shape[1], values.shape[1]))
-        return jax.ops.segment_sum(rep.reshape(-1, values.shape[1]), flat, **seg)
-
     def body(state):
         p, active, rates, pass_f, bneck, pass_l, share, wat = state
-        sums = per_link_sum(jnp.stack([jnp.where(active, weights, 0), jnp.where(active, 0, rates)], 1))
+        sums = link_sums(r, jnp.stack([jnp.where(active, weights, 0), jnp.where(active, 0, rates)], 1), L + 1)
         wsum, frozen = sums[:, 0], sums[:, 1]
-        s = _safe_div(jnp.maximum(cap - frozen, 0), wsum).at[L].set(jnp.inf)
+        s = safe_div(jnp.maximum(cap - frozen, 0), wsum).at[L].set(jnp.inf)
         level = jnp.minimum(jnp.min(s[r], axis=1), cap_level)
         level_active = jnp.where(active, level, jnp.inf)
         link_min = jax.ops.segment_min(jnp.repeat(level_active, r.shape[1]), flat, **seg)
@@ -124,25 +110,8 @@ def _solve(routes, capacity, weights, rate_limit, present=None):
         jnp.zeros(L + 1, dtype),
     )
     p, still_active, rates, pass_f, bneck, pass_l, share, wat = jax.lax.while_loop(cond, body, init)
-    rates = eqx.error_if(rates, jnp.any(still_active), _NO_PROGRESS)
+    rates = eqx.error_if(rates, jnp.any(still_active), NO_PROGRESS)
     return rates, MaxMinStructure(pass_f, jnp.where(present, bneck, L).astype(jnp.int32), pass_l, share, wat, p)
-
-
-def _link_members(routes: np.ndarray, num_links: int) -> np.ndarray:
-    """int32[L+1, D]: the flows crossing each link, padded with F (row L, the dummy link, is empty)."""
-    F, H = routes.shape
-    flow = np.repeat(np.arange(F, dtype=np.int64), H)
-    link = routes.reshape(-1).astype(np.int64)
-    keep = link >= 0
-    flow, link = flow[keep], link[keep]
-    order = np.argsort(link, kind="stable")
-    flow, link = flow[order], link[order]
-    degree = np.bincount(link, minlength=num_links + 1)
-    start = np.concatenate([[0], np.cumsum(degree)[:-1]])
-    slot = np.arange(link.size) - start[link]
-    members = np.full((num_links + 1, max(int(degree.max(initial=0)), 1)), F, dtype=np.int32)
-    members[link, slot] = flow
-    return members
 
 
 class SparseTables(NamedTuple):
@@ -195,7 +164,7 @@ def sparse_tables(routes, members, capacity, weights, rate_limit, *, candidates:
         Bc = min(candidates, F)
         cap_order = jnp.concatenate([jnp.argsort(cap_level[:F]).astype(jnp.int32), jnp.full((Bc,), F, jnp.int32)])
     return SparseTables(
-        r=jnp.concatenate([jnp.where(routes < 0, L, routes), jnp.full((1, H), L, routes.dtype)]),
+        r=jnp.concatenate([pad_routes(routes, L), jnp.full((1, H), L, routes.dtype)]),
         w=jnp.concatenate([weights, jnp.zeros((1,), dtype)]),
         cap=jnp.concatenate([capacity, jnp.full((1,), jnp.inf, dtype)]),
         cap_level=cap_level,
@@ -204,13 +173,6 @@ def sparse_tables(routes, members, capacity, weights, rate_limit, *, candidates:
         members=members,
         cap_order=cap_order,
     )
-
-
-def _link_sums(t: SparseTables, weight, count, rate):
-    """[L+1, 3] per-link sums of per-flow (weight, count, rate) over every hop, in one scatter."""
-    H = t.r.shape[1]
-    vals = jnp.stack([weight, count, rate], axis=-1)
-    return jnp.zeros((t.cap.shape[0], 3), vals.dtype).at[t.r.reshape(-1)].add(jnp.repeat(vals, H, axis=0))
 
 
 def fill_start(t: SparseTables, present, prev: MaxMinStructure | None = None, restart=0) -> FillState:
@@ -236,7 +198,7 @@ def fill_start(t: SparseTables, present, prev: MaxMinStructure | None = None, re
         keep, pass_f0, bneck0, pass_l0, share0, wat0 = _resumed(prev, present, restart, t.empty, L)
         kept_rates = jnp.where(keep, jnp.where(bneck0 == L, jnp.append(t.rate_limit, 0), t.w * share0[bneck0]), 0)
     active0 = present & ~t.empty & ~keep
-    acc = _link_sums(t, jnp.where(active0, t.w, 0), active0.astype(dtype), kept_rates)
+    acc = link_sums(t.r, jnp.stack([jnp.where(active0, t.w, 0), active0.astype(dtype), kept_rates], axis=-1), L + 1)
     return FillState(jnp.asarray(restart, jnp.int32), jnp.sum(active0, dtype=jnp.int32), jnp.int32(0), active0, acc,
                      pass_f0, bneck0, pass_l0, share0, wat0)
 
@@ -305,7 +267,7 @@ def fill(t: SparseTables, s0: FillState, *, candidates: int, snaps: Snapshots | 
     def shares(st):  # per-link fair shares, and whether more links tie at the minimum than B candidates
         # W drifts by rounding as flows leave; the exact per-link flow count says which links are live
         live = (st.acc[:, 1] > 0.5) & (link_ids < L)  # elementwise masks fuse; .at[].set would be a scatter
-        s = jnp.where(live, _safe_div(jnp.maximum(t.cap - st.acc[:, 2], 0), st.acc[:, 0]), jnp.inf)
+        s = jnp.where(live, safe_div(jnp.maximum(t.cap - st.acc[:, 2], 0), st.acc[:, 0]), jnp.inf)
         s_min = jnp.min(s)
         many_tied = jnp.sum(live & (s == s_min)) > B
         if t.cap_order is not None:  # the smallest cap of an active flow is at or after the window start
@@ -387,7 +349,7 @@ def fill(t: SparseTables, s0: FillState, *, candidates: int, snaps: Snapshots | 
     candidate_passes = lambda c: jax.lax.while_loop(lambda c: go(c) & ~c[4], functools.partial(step, by_candidates), c)  # noqa: E731
     carry = candidate_passes((s0, snaps) + shares(s0))
     st, snaps, *_ = jax.lax.while_loop(go, lambda c: candidate_passes(step(by_ties, c)), carry)
-    st = st._replace(share=eqx.error_if(st.share, st.n_active > 0, _NO_PROGRESS))
+    st = st._replace(share=eqx.error_if(st.share, st.n_active > 0, NO_PROGRESS))
     return st, snaps
 
 
@@ -404,8 +366,8 @@ def fill_result(t: SparseTables, st: FillState, present=None):
     return rates, MaxMinStructure(pass_f, bneck, st.pass_l, st.share, st.wat, st.p)
 
 
-def _solve_sparse(routes, members, capacity, weights, rate_limit, *, candidates: int, has_caps: bool, present=None):
-    """Forward water-filling that touches only a few links per pass (same result as ``_solve``); see ``fill``.
+def solve_sparse(routes, members, capacity, weights, rate_limit, *, candidates: int, has_caps: bool, present=None):
+    """Forward water-filling that touches only a few links per pass (same result as ``solve_dense``); see ``fill``.
 
     ``present`` (bool[F]) restricts the solve to a subset of flows; the others get rate 0.
     """
@@ -413,30 +375,6 @@ def _solve_sparse(routes, members, capacity, weights, rate_limit, *, candidates:
     pres = jnp.ones(routes.shape[0], bool) if present is None else present
     st, _ = fill(t, fill_start(t, pres), candidates=candidates)
     return fill_result(t, st, present)
-
-
-def _forward(routes, members, capacity, weights, rate_limit, candidates, has_caps):
-    if members is None:
-        return _solve(routes, capacity, weights, rate_limit)
-    return _solve_sparse(routes, members, capacity, weights, rate_limit,
-                         candidates=candidates, has_caps=has_caps)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
-def _maxmin(routes, members, capacity, weights, rate_limit, candidates, has_caps):
-    return _forward(routes, members, capacity, weights, rate_limit, candidates, has_caps)[0]
-
-
-def _maxmin_fwd(routes, members, capacity, weights, rate_limit, candidates, has_caps):
-    rates, st = _forward(routes, members, capacity, weights, rate_limit, candidates, has_caps)
-    return rates, (routes, members, weights, rates, st)
-
-
-def _maxmin_bwd(candidates, has_caps, res, g):
-    routes, members, weights, rates, st = res
-    window = pass_window(routes.shape[0], st.share.shape[0] - 1, members, candidates)
-    cbar, wbar, lbar = _adjoint(routes, weights, rates, st, g, window)
-    return None, None, cbar, wbar, lbar
 
 
 def freeze_slots(candidates: int, degree: int) -> int:
@@ -451,7 +389,8 @@ def freeze_slots(candidates: int, degree: int) -> int:
 
 
 def pass_window(num_flows: int, num_links: int, members, candidates: int) -> int | None:
-    """Flows the adjoint reads per step: the most a candidate pass can freeze (None for the dense solve).
+    """Flows the adjoint reads per step: the most a candidate pass can freeze (None for the dense solve,
+    ``members`` None).
 
     A pass of tied links can freeze more; the adjoint then reads it in several steps.
     """
@@ -459,187 +398,3 @@ def pass_window(num_flows: int, num_links: int, members, candidates: int) -> int
         return None
     B = max(min(candidates, num_links + 1), 2)
     return min(num_flows, freeze_slots(B, members.shape[1]) + min(candidates, num_flows))
-
-
-def _adjoint(routes, weights, rates, st: MaxMinStructure, g, window: int | None = None):
-    """Reverse-mode adjoint of the level-by-level replay (module docstring): (c_bar, w_bar, limit_bar).
-
-    With ``window`` (at most that many flows froze in any pass) each reverse pass reads only the flows
-    of its own pass, found by sorting flows by pass once; without it, every pass reads all flows.
-    """
-    F, _ = routes.shape
-    L = st.share.shape[0] - 1
-    r = jnp.where(routes < 0, L, routes)
-    capped = st.bottleneck == L
-    finite = jnp.isfinite(rates)
-    g = jnp.where(finite, g, 0)
-    level = jnp.where(finite, rates / weights, 0)
-    share_b = jnp.where(capped | ~finite, 0, st.share[st.bottleneck])
-    # sbar (each link's adjoint from the flows it froze) accumulates over the reverse passes: a deferred
-    # flow's pass comes after its bottleneck's, so it is added before the link is done.
-    links_done = lambda s_hat, sbar, p: s_hat + jnp.where(  # noqa: E731
-        (st.pass_of_link == p) & (st.weight_at > 0), _safe_div(sbar, st.weight_at), 0)
-
-    if window is None:
-        def body(state):
-            p, s_hat, xbar, sbar = state
-            now = st.pass_of_flow == p
-            # x_f is read only by links that froze later: their adjoints are already in s_hat.
-            xb = jnp.where(now, g - jnp.sum(s_hat[r], axis=1), 0)
-            sbar = sbar + jax.ops.segment_sum(jnp.where(capped, 0, xb * weights), st.bottleneck, num_segments=L + 1)
-            return p - 1, links_done(s_hat, sbar, p), xbar + xb, sbar
-
-        init = (st.num_passes - 1, jnp.zeros(L + 1, rates.dtype), jnp.zeros(F, rates.dtype),
-                jnp.zeros(L + 1, rates.dtype))
-        _, s_hat, xbar, _ = jax.lax.while_loop(lambda s: s[0] >= 0, body, init)
-    else:
-        # empty-route flows froze at their cap before any pass: x_bar = g, and they touch no link
-        empty = jnp.all(routes < 0, axis=1)
-        key = jnp.where(empty, -1, st.pass_of_flow)
-        order = jnp.argsort(key).astype(jnp.int32)
-        sorted_key = jnp.concatenate([key[order], jnp.full((window,), -2, key.dtype)])
-        order = jnp.concatenate([order, jnp.full((window,), F, jnp.int32)])
-        r_ext = jnp.concatenate([r, jnp.full((1, r.shape[1]), L, r.dtype)])
-        g_ext, w_ext = jnp.append(g, 0), jnp.append(weights, 0)
-        capped_ext, bneck_ext = jnp.append(capped, True), jnp.append(st.bottleneck, L)
-
-        first_of = lambda p: jnp.searchsorted(sorted_key[:F], p, side="left").astype(jnp.int32)  # noqa: E731
-
-        def body(state):  # the next ``window`` flows of pass p (a pass of tied links may hold more)
-            p, start, s_hat, xbar, sbar = state
-            f = jax.lax.dynamic_slice(order, (start,), (window,))
-            now = jax.lax.dynamic_slice(sorted_key, (start,), (window,)) == p
-            xb = jnp.where(now, g_ext[f] - jnp.sum(s_hat[r_ext[f]], axis=1), 0)
-            sbar = sbar.at[bneck_ext[f]].add(jnp.where(capped_ext[f], 0, xb * w_ext[f]))
-            more = sorted_key[start + window] == p
-            s_hat = jnp.where(more, s_hat, links_done(s_hat, sbar, p))
-            return (jnp.where(more, p, p - 1), jnp.where(more, start + window, first_of(p - 1)), s_hat,
-                    xbar.at[f].add(xb), sbar)
-
-        p0 = st.num_passes - 1
-        init = (p0, first_of(p0), jnp.zeros(L + 1, rates.dtype), jnp.zeros(F + 1, rates.dtype),
-                jnp.zeros(L + 1, rates.dtype))
-        _, _, s_hat, xbar, _ = jax.lax.while_loop(lambda s: s[0] >= 0, body, init)
-        xbar = jnp.where(empty & (st.pass_of_flow >= 0), g, xbar[:F])
-    s_hat = jnp.where(jnp.isfinite(s_hat), s_hat, 0).at[L].set(0)
-    # Bottlenecks on a flow's route that froze while it was active (in its pass, or earlier when the
-    # pass deferred it) all have share == its level; their W includes w_f.
-    pl = st.pass_of_link[r]
-    same_pass = (pl >= 0) & (pl <= st.pass_of_flow[:, None])
-    own_links = jnp.sum(jnp.where(same_pass, s_hat[r], 0), axis=1)
-    wbar = jnp.where(capped, 0, xbar * share_b - level * own_links)
-    wbar = jnp.where(finite, wbar, 0)
-    limit_bar = jnp.where(capped & finite, xbar, 0)
-    return s_hat[:L], wbar, limit_bar
-
-
-_maxmin.defvjp(_maxmin_fwd, _maxmin_bwd)
-
-_CANDIDATES = 64  # links examined per pass by the sparse solve; any value >= 1 gives the same rates
-
-
-@functools.partial(jax.jit, static_argnames=("candidates", "has_caps"))
-def _rates_jit(routes, members, capacity, weights, rate_limit, candidates, has_caps):
-    return _maxmin(routes, members, capacity, weights, rate_limit, candidates, has_caps)
-
-
-@functools.partial(jax.jit, static_argnames=("candidates", "has_caps"))
-def _structure_jit(routes, members, capacity, weights, rate_limit, candidates, has_caps):
-    return _forward(routes, members, capacity, weights, rate_limit, candidates, has_caps)
-
-
-@functools.lru_cache(maxsize=16)
-def _members_cached(routes_bytes, shape, num_links):
-    routes = np.frombuffer(routes_bytes, dtype=np.int32).reshape(shape)
-    members = _link_members(routes, num_links)
-    pad = -members.shape[1] % 16  # bucket the degree so similar instances share one compilation
-    # cached on the device, so repeated calls on the same routes do not copy the table again
-    return jnp.asarray(np.pad(members, ((0, 0), (0, pad)), constant_values=shape[0]))
-
-
-def link_members(routes, num_links: int):
-    """int32[L+1, D] flows of each link (padded with F), or None when ``routes`` is traced."""
-    if _checks.is_traced(routes):
-        return None
-    r = np.ascontiguousarray(np.asarray(routes, dtype=np.int32))
-    return _members_cached(r.tobytes(), r.shape, int(num_links))
-
-
-def _prepare(routes, capacity, weights, rate_limit, check: bool):
-    """Validate (outside jit, on concrete values) and broadcast defaults."""
-    if np.ndim(capacity) != 1:
-        raise ValueError(f"capacity must be 1-D [L], got shape {tuple(np.shape(capacity))}")
-    _checks.check_routes(routes, np.shape(capacity)[0])
-    F = np.shape(routes)[0]
-    capacity = jnp.asarray(capacity)
-    if not jnp.issubdtype(capacity.dtype, jnp.floating):
-        capacity = capacity.astype(jnp.result_type(float))
-    dtype = capacity.dtype
-    weights = jnp.ones(F, dtype) if weights is None else jnp.asarray(weights, dtype)
-    rate_limit = jnp.full(F, jnp.inf, dtype) if rate_limit is None else jnp.asarray(rate_limit, dtype)
-    _checks.check_shape("weights", weights, (F,))
-    _checks.check_shape("rate_limit", rate_limit, (F,))
-    if check:
-        _checks.check_values("capacity", capacity, positive=True)
-        _checks.check_values("weights", weights, positive=True, allow_inf=False)
-        _checks.check_values("rate_limit", rate_limit, positive=True)
-        if not _checks.is_traced(routes, capacity, rate_limit):
-            r = np.asarray(routes)
-            cap_ext = np.append(np.asarray(capacity, np.float64), np.inf)
-            route_cap = cap_ext[np.where(r < 0, len(cap_ext) - 1, r)].min(axis=1)
-            unbounded = np.flatnonzero(np.isinf(route_cap) & np.isinf(np.asarray(rate_limit)))
-            if unbounded.size:
-                f = unbounded[0]
-                why = "has an empty route" if (r[f] < 0).all() else "crosses only infinite-capacity links"
-                raise ValueError(f"flow {f} {why} and rate_limit[{f}] = inf: its rate would be unbounded")
-    return jnp.asarray(routes, jnp.int32), capacity, weights, rate_limit
-
-
-def maxmin_rates(
-    routes: Int[Array, "F H"],
-    capacity: Float[Array, "L"],
-    *,
-    weights: Float[Array, "F"] | None = None,
-    rate_limit: Float[Array, "F"] | None = None,
-    check: bool = True,
-) -> Float[Array, "F"]:
-    """Exact weighted max-min fair rates with per-flow caps.
-
-    Args:
-      routes: int[F, H] link indices of each flow's route, -1 pads (H = longest route).
-      capacity: float[L] bytes/s, > 0; inf is an unconstrained link.
-      weights: float[F] > 0; a flow gets ``weight x`` the fair share. Default 1.
-      rate_limit: float[F] > 0 or inf; per-flow cap (NIC line rate, window limit). Default inf.
-      check: validate concrete inputs and raise ``ValueError`` naming the argument and the bad
-        index/value. Shapes are always checked; values only outside a trace.
-
-    Returns:
-      float[F] rates in bytes/s, in capacity's dtype. A flow with an empty route gets its rate_limit.
-
-    Jittable and vmappable (batch over capacity / weights / rate_limit with ``jax.vmap``).
-    ``jax.grad`` gives the exact derivative wherever the bottleneck structure is locally stable.
-    The solve is a bounded ``lax.while_loop``: every pass freezes at least the flows at the global
-    minimum level, so F + 1 passes always suffice; the loop stops at a slightly larger bound and
-    raises (``equinox`` runtime error) rather than return unfrozen flows.
-
-    Example: flow 0 crosses both links; link 1 (4 B/s) is the bottleneck of flows 0 and 2, and
-    flow 1 takes what flow 0 leaves of link 0 (10 B/s).
-
-    >>> import flowmodel as fm
-    >>> fm.maxmin_rates([[0, 1], [0, -1], [1, -1]], [10.0, 4.0]).tolist()
-    [2.0, 8.0, 2.0]
-    >>> fm.maxmin_rates([[0, 1], [0, -1], [1, -1]], [10.0, 4.0], weights=[1.0, 1.0, 3.0]).tolist()
-    [1.0, 9.0, 3.0]
-    """
-    has_caps = rate_limit is not None
-    routes, capacity, weights, rate_limit = _prepare(routes, capacity, weights, rate_limit, check)
-    members = link_members(routes, capacity.shape[0])
-    return _rates_jit(routes, members, capacity, weights, rate_limit, _CANDIDATES, has_caps)
-
-
-def maxmin_structure(routes, capacity, *, weights=None, rate_limit=None, check: bool = True):
-    """Rates and the :class:`MaxMinStructure` the solve found (bottlenecks, passes, shares)."""
-    has_caps = rate_limit is not None
-    routes, capacity, weights, rate_limit = _prepare(routes, capacity, weights, rate_limit, check)
-    members = link_members(routes, capacity.shape[0])
-    return _structure_jit(routes, members, capacity, weights, rate_limit, _CANDIDATES, has_caps)
