@@ -23,6 +23,7 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 import flowmodel as fm  # noqa: E402
+from flowmodel.peers import fattree  # noqa: E402
 from flowmodel.results import write_json  # noqa: E402
 
 
@@ -34,9 +35,9 @@ def main() -> None:
     ap.add_argument("--out", default="out/quickstart_kernels")
     args = ap.parse_args()
 
-    ft = fm.fabric.fat_tree(args.k, capacity=50e9, heterogeneity=0.3, seed=args.seed)
+    ft = fattree.fat_tree(args.k, capacity=50e9, heterogeneity=0.3, seed=args.seed)
     rng = np.random.default_rng(args.seed)
-    src, dst = fm.fabric.random_pairs(ft.num_hosts, args.flows, rng)
+    src, dst = fattree.random_pairs(ft.num_hosts, args.flows, rng)
     routes = ft.route(src, dst, rng)
 
     t0 = time.perf_counter()
@@ -57,7 +58,7 @@ def main() -> None:
     grad = np.asarray(jax.grad(lambda c: jnp.sum(fm.maxmin_rates(routes, c)))(jnp.asarray(ft.capacity)))
 
     per_tier = {}
-    for t, name in enumerate(fm.fabric.TIERS):
+    for t, name in enumerate(fattree.TIERS):
         links = tier == t
         per_tier[name] = {
             "links": int(links.sum()),

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import networkx as nx
 import numpy as np
 
-from .fabric import Network, apply_groups, fail, group_values
+from .fabric import Network, Tier, apply_groups, fail, group_values
 from .scenario import Model, prepare
 from .steptime import Options
 
@@ -46,7 +46,7 @@ class Failure:
         return fail(g, cables=self.cables, switches=self.switches, sites=self.sites, degrade=dict(self.degrade))
 
 
-def single_failures(g: nx.DiGraph, *, tiers: Sequence[str] = ("long_haul",), switch_kinds: Sequence[str] = (),
+def single_failures(g: nx.DiGraph, *, tiers: Sequence[str] = (Tier.LONG_HAUL,), switch_kinds: Sequence[str] = (),
                     sites: bool = False, fraction: float | None = None, probability: float = 1.0) -> list[Failure]:
     """One scenario per cable of the given tiers (or that cable degraded to ``fraction``), per switch of
     the given kinds, and per site if asked; each with the same probability weight."""

@@ -20,7 +20,7 @@ def test_public_names():
                      "completion_times", "completion_events", "Events", "event_count", "incidence", "Incidence",
                      "link_bytes", "queueing_delay", "route_latency", "rtt_weights", "scheduled_bound", "soft_max",
                      "window_limited_rate"),
-        fm.fabric: ("fat_tree", "FatTree", "random_pairs", "TIERS", "ScaleUp", "Clos", "Site", "LongHaul", "Fleet",
+        fm.fabric: ("ScaleUp", "Clos", "Site", "LongHaul", "Fleet",
                     "build", "compile_fabric", "Network", "FabricInfo", "apply_groups", "fail", "meta_24k",
                     "ring", "full_mesh", "ring_of_regions", "to_networkx"),
         fm.routing: ("Router", "Candidates", "SubFlows", "Unreachable", "ecmp", "spray", "qp_scaling", "wcmp",

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from flowmodel import fabric as fb
+from flowmodel import routing as rt
 from flowmodel import steptime as st
 from flowmodel import traffic as tr
 
@@ -22,7 +23,7 @@ def imported(tmp_path_factory):
     path.write_text(NETWORK_YML)
     g = fb.from_astra(str(path))
     net, info = fb.compile_fabric(g)
-    return g, net, info, fb.AstraRouter(info, str(path))
+    return g, net, info, rt.AstraRouter(info, str(path))
 
 
 def test_structure(imported):

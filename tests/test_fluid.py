@@ -12,6 +12,7 @@ import flowmodel as fm
 from flowmodel.kernels import _waterfill, event_count
 from flowmodel.kernels import fluid as _fluid
 from flowmodel.kernels import maxmin as _maxmin
+from flowmodel.peers import fattree
 from flowmodel.reference import completion_times as oracle
 
 
@@ -42,9 +43,9 @@ def test_equal_flows_finish_in_one_event():
 def fat_tree_flows(fabric_seed, seed, F):
     """k=4 fat-tree (heterogeneous capacities), F random host pairs on ECMP paths, log-uniform sizes
     1 MB - 1 GB; also returns the generator for the test's further draws."""
-    ft = fm.fabric.fat_tree(4, heterogeneity=0.5, seed=fabric_seed)
+    ft = fattree.fat_tree(4, heterogeneity=0.5, seed=fabric_seed)
     rng = np.random.default_rng(seed)
-    src, dst = fm.fabric.random_pairs(ft.num_hosts, F, rng)
+    src, dst = fattree.random_pairs(ft.num_hosts, F, rng)
     routes = ft.route(src, dst, rng)
     return ft, rng, routes, np.exp(rng.uniform(np.log(1e6), np.log(1e9), F))
 
@@ -132,7 +133,7 @@ def test_processor_sharing_with_distinct_sizes_closed_form():
 
 def test_ring_on_a_symmetric_fabric_matches_oracle():
     # many links tie at the minimum share (more than the candidates a pass examines)
-    ft = fm.fabric.fat_tree(4, heterogeneity=0.0)
+    ft = fattree.fat_tree(4, heterogeneity=0.0)
     n = ft.num_hosts
     src = np.concatenate([np.arange(n), [0, 5]])
     dst = np.concatenate([(np.arange(n) + 1) % n, [9, 14]])

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import flowmodel as fm
 from flowmodel.kernels import _waterfill
 from flowmodel.kernels import maxmin as _maxmin
+from flowmodel.peers import fattree
 from flowmodel.reference import maxmin_rates as oracle
 from flowmodel.reference import maxmin_violations
 
@@ -162,9 +163,9 @@ def test_gradient_through_a_pass_that_freezes_more_flows_than_a_candidate_pass_c
 
 
 def test_fat_tree_instance_matches_oracle():
-    ft = fm.fabric.fat_tree(8, heterogeneity=0.5, seed=3)
+    ft = fattree.fat_tree(8, heterogeneity=0.5, seed=3)
     rng = np.random.default_rng(4)
-    src, dst = fm.fabric.random_pairs(ft.num_hosts, 3000, rng)
+    src, dst = fattree.random_pairs(ft.num_hosts, 3000, rng)
     routes = ft.route(src, dst, rng)
     limit = np.where(rng.random(3000) < 0.2, rng.uniform(1e9, 2e10, 3000), np.inf)
     rates = np.asarray(fm.maxmin_rates(routes, ft.capacity, rate_limit=limit))
@@ -270,9 +271,9 @@ def test_gradient_dense_path_equals_sparse_path(rng):
 
 def fat_tree_routes(k, F, seed):
     """k-ary fat-tree (heterogeneous capacities) and F random host pairs on random ECMP paths."""
-    ft = fm.fabric.fat_tree(k, heterogeneity=0.5, seed=seed)
+    ft = fattree.fat_tree(k, heterogeneity=0.5, seed=seed)
     rng = np.random.default_rng(seed + 1)
-    src, dst = fm.fabric.random_pairs(ft.num_hosts, F, rng)
+    src, dst = fattree.random_pairs(ft.num_hosts, F, rng)
     return ft, rng, ft.route(src, dst, rng)
 
 

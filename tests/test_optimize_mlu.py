@@ -7,6 +7,7 @@ import pytest
 import flowmodel as fm
 from flowmodel import fabric as fb
 from flowmodel import routing as rt
+from flowmodel.peers import fattree
 
 
 def _fleet(kind):
@@ -28,7 +29,7 @@ def mlu_instance(kind, flows, seed, permutation=False):
         src, dst = np.arange(G), rng.permutation(G)
         src, dst = src[src != dst], dst[src != dst]
     else:
-        src, dst = fb.random_pairs(G, flows, rng)
+        src, dst = fattree.random_pairs(G, flows, rng)
     c = rt.Router(info, max_paths=64, site_paths=2).candidates(src, dst)
     capacity = np.asarray(net.capacity) * rng.uniform(0.7, 1.3, info.num_links)
     nic = info.tier == "nic"

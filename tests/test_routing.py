@@ -8,6 +8,7 @@ import pytest
 import flowmodel as fm
 from flowmodel import fabric as fb
 from flowmodel import routing as rt
+from flowmodel.peers import fattree
 
 
 def _compile(*sites, long_haul=()):
@@ -124,7 +125,7 @@ def test_unreachable_pairs_are_reported_or_raise():
 def _mixed_candidates(max_paths=16):
     _, info = _compile(fb.Site("s", scale_out=fb.Clos.from_radix(8), scale_up=fb.ScaleUp(size=4)))
     rng = np.random.default_rng(0)
-    src, dst = fb.random_pairs(info.num_gpus, 300, rng)
+    src, dst = fattree.random_pairs(info.num_gpus, 300, rng)
     return rt.Router(info, max_paths=max_paths).candidates(src, dst)
 
 

@@ -24,13 +24,13 @@ from common import median_time, print_table, write_json  # noqa: E402
 
 import flowmodel as fm  # noqa: E402
 from flowmodel.kernels import event_count  # noqa: E402
-from flowmodel.peers import simgrid  # noqa: E402
+from flowmodel.peers import fattree, simgrid  # noqa: E402
 
 
 def instance(k, flows, seed=0):
-    ft = fm.fabric.fat_tree(k, heterogeneity=0.5, seed=seed)
+    ft = fattree.fat_tree(k, heterogeneity=0.5, seed=seed)
     rng = np.random.default_rng(seed + 1)
-    src, dst = fm.fabric.random_pairs(ft.num_hosts, flows, rng)
+    src, dst = fattree.random_pairs(ft.num_hosts, flows, rng)
     routes = ft.route(src, dst, rng)
     sizes = np.round(np.exp(rng.uniform(np.log(1e6), np.log(1e9), flows)))
     return ft, src, dst, routes, sizes
@@ -56,7 +56,7 @@ def run_random(k, flows, repeats, use_simgrid):
 
 
 def run_ring(repeats, use_simgrid):
-    ft = fm.fabric.fat_tree(16, heterogeneity=0.0)  # homogeneous: every ring flow gets the same rate
+    ft = fattree.fat_tree(16, heterogeneity=0.0)  # homogeneous: every ring flow gets the same rate
     n = ft.num_hosts  # 1,024 GPUs, one per host
     src = np.arange(n)
     dst = (src + 1) % n

@@ -30,13 +30,13 @@ jax.config.update("jax_enable_x64", True)
 from common import median_time, print_table, write_json  # noqa: E402
 
 import flowmodel as fm  # noqa: E402
-from flowmodel.peers import simgrid  # noqa: E402
+from flowmodel.peers import fattree, simgrid  # noqa: E402
 
 
 def instance(k: int, flows: int, seed: int = 0):
-    ft = fm.fabric.fat_tree(k, heterogeneity=0.5, seed=seed)
+    ft = fattree.fat_tree(k, heterogeneity=0.5, seed=seed)
     rng = np.random.default_rng(seed + 1)
-    src, dst = fm.fabric.random_pairs(ft.num_hosts, flows, rng)
+    src, dst = fattree.random_pairs(ft.num_hosts, flows, rng)
     return ft, src, dst, ft.route(src, dst, rng)
 
 

@@ -24,6 +24,7 @@ from common import median_time, print_table, write_json  # noqa: E402
 import flowmodel as fm  # noqa: E402
 from flowmodel import fabric as fb  # noqa: E402
 from flowmodel import routing as rt  # noqa: E402
+from flowmodel.peers import fattree  # noqa: E402
 
 
 def main() -> None:
@@ -37,7 +38,7 @@ def main() -> None:
     clos = fb.Clos.from_radix(8, oversubscription=(2.0, 3.0))
     net, info = fb.compile_fabric(fb.build(fb.Fleet(sites=(fb.Site("s", scale_out=clos, scale_up=None),))))
     rng = np.random.default_rng(0)
-    src, dst = fb.random_pairs(info.num_gpus, args.flows, rng)
+    src, dst = fattree.random_pairs(info.num_gpus, args.flows, rng)
     c = rt.Router(info, max_paths=64).candidates(src, dst)
     nic = info.tier == "nic"
     routes = -np.sort(-np.where((c.links < 0) | nic[np.maximum(c.links, 0)], -1, c.links), axis=1)

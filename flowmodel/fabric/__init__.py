@@ -1,5 +1,5 @@
 """Fabric builders: descriptions of scale-up, scale-out and scale-across networks, built into networkx
-graphs and compiled to arrays; failures; and the closed-form k-ary fat-tree used by the benchmarks.
+graphs and compiled to arrays; failures.
 
 Describe (``ScaleUp``, ``Clos``, ``Site``, ``LongHaul``, ``Fleet``), build a networkx graph, compile it
 to a ``Network`` (capacity and latency per directed link) and its ``FabricInfo`` (names, tags, groups):
@@ -15,14 +15,10 @@ to a ``Network`` (capacity and latency per directed link) and its ``FabricInfo``
 ['a/scale_up', 'a/nic', 'a/leaf_up', 'a/border_up', 'b/scale_up', 'b/nic', 'b/leaf_up', 'b/border_up', 'long_haul/a-b']
 """
 
-from ._astra import AstraRouter as AstraRouter
 from ._astra import from_astra as from_astra
+from ._astra import read_astra as read_astra
 from ._build import build as build
 from ._failures import fail as fail
-from ._fattree import TIERS as TIERS
-from ._fattree import FatTree as FatTree
-from ._fattree import fat_tree as fat_tree
-from ._fattree import random_pairs as random_pairs
 from ._network import FabricInfo as FabricInfo
 from ._network import LinkGroup as LinkGroup
 from ._network import Network as Network
@@ -40,3 +36,5 @@ from ._spec import full_mesh as full_mesh
 from ._spec import meta_24k as meta_24k
 from ._spec import ring as ring
 from ._spec import ring_of_regions as ring_of_regions
+from ._tags import Kind as Kind
+from ._tags import Tier as Tier

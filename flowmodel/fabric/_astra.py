@@ -8,8 +8,8 @@ up to the group's switch and one down. Dimension 0's groups are the scale-up dom
 
 Routes follow dimension order (ASTRA-sim's collectives run one dimension at a time): dimension by
 dimension, the coordinate is moved to the destination's, the short way round a ring (ties: forward).
-``AstraRouter`` offers these routes through the same ``candidates`` call as ``routing.Router``, so
-collectives and training steps run on an imported network unchanged.
+``routing.AstraRouter`` offers these routes through the same ``candidates`` call as ``routing.Router``,
+so collectives and training steps run on an imported network unchanged.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from __future__ import annotations
 import numpy as np
 import yaml
 
-from .._checks import check_endpoints
 from ._build import CAPACITY, Builder
-from ._network import FabricInfo
+from ._tags import Kind
 
 TOPOLOGIES = ("Ring", "FullyConnected", "Switch")
 
 
-def _read(spec) -> dict:
+def read_astra(spec) -> dict:
+    """An ASTRA-sim network.yml (path or parsed mapping), checked field by field."""
     if isinstance(spec, str):
         with open(spec) as fh:
             spec = yaml.safe_load(fh)
@@ -54,7 +54,7 @@ def _read(spec) -> dict:
 
 def from_astra(spec):
     """A fabric graph from an ASTRA-sim network.yml (path or parsed mapping); see the module docstring."""
-    spec = _read(spec)
+    spec = read_astra(spec)
     counts = list(spec["npus_count"])
     total = int(np.prod(counts))
     strides = np.cumprod([1] + counts[:-1])
@@ -62,7 +62,7 @@ def from_astra(spec):
     b.g.graph["num_gpus"] = total
     b.g.graph["astra"] = {"topology": list(spec["topology"]), "npus_count": counts}
     for i in range(total):
-        b.g.add_node(f"npu{i}", kind="gpu", site="astra", rank=i, domain=i // counts[0] if counts[0] > 1 else -1)
+        b.g.add_node(f"npu{i}", kind=Kind.GPU, site="astra", rank=i, domain=i // counts[0] if counts[0] > 1 else -1)
     for d, (topo, n) in enumerate(zip(spec["topology"], counts)):
         if n == 1:
             continue
@@ -74,7 +74,7 @@ def from_astra(spec):
             members = [f"npu{first + c * strides[d]}" for c in range(n)]
             if topo == "Switch":
                 switch = f"dim{d}/switch{g}"
-                b.g.add_node(switch, kind="switch", site="astra")
+                b.g.add_node(switch, kind=Kind.SWITCH, site="astra")
                 for m in members:
                     b.cable(m, switch, capacity=bw, **common)
             elif topo == "Ring":
@@ -87,62 +87,3 @@ def from_astra(spec):
                         if u != v:
                             b.link(members[u], members[v], direction="across", capacity=bw, **common)
     return b.g
-
-
-class AstraRouter:
-    """Dimension-order routes on an imported ASTRA-sim network, offered like ``routing.Router``."""
-
-    def __init__(self, info: FabricInfo, spec):
-        spec = _read(spec)
-        self.info = info
-        self.topology, self.counts = list(spec["topology"]), list(spec["npus_count"])
-        self.strides = np.cumprod([1] + self.counts[:-1])
-        self._link = {(int(u), int(v)): i for i, (u, v) in enumerate(zip(info.src, info.dst))}
-        self._node = info.node_index
-
-    def _hop(self, a: str, b: str) -> int:
-        link = self._link.get((self._node[a], self._node[b]))
-        if link is None:
-            raise ValueError(f"astra routing: no link {a}->{b} (did a failure remove it?)")
-        return link
-
-    def path(self, s: int, t: int) -> list[int]:
-        links, here = [], s
-        for d, (topo, n) in enumerate(zip(self.topology, self.counts)):
-            stride = int(self.strides[d])
-            cs, ct = (here // stride) % n, (t // stride) % n
-            if cs == ct:
-                continue
-            there = here + (ct - cs) * stride
-            if topo == "FullyConnected":
-                links.append(self._hop(f"npu{here}", f"npu{there}"))
-            elif topo == "Switch":
-                base = here - cs * stride  # the group's NPU with coordinate 0; groups are numbered by it
-                group = base % stride + stride * (base // (stride * n))
-                links += [self._hop(f"npu{here}", f"dim{d}/switch{group}"),
-                          self._hop(f"dim{d}/switch{group}", f"npu{there}")]
-            else:
-                step = 1 if (ct - cs) % n <= (cs - ct) % n else -1
-                c = cs
-                while c != ct:
-                    nxt = (c + step) % n
-                    links.append(self._hop(f"npu{here + (c - cs) * stride}", f"npu{here + (nxt - cs) * stride}"))
-                    c = nxt
-            here = there
-        return links
-
-    def candidates(self, src, dst, *, unreachable: str = "raise"):
-        from ..routing._paths import Candidates
-
-        src, dst = check_endpoints(src, dst, self.info.num_gpus, "GPU rank")
-        if src.size == 0:
-            raise ValueError("src: the flow set is empty")
-        paths = [self.path(int(s), int(t)) for s, t in zip(src, dst)]
-        width = max(len(p) for p in paths)
-        links = np.full((len(paths), width), -1, np.int32)
-        for i, p in enumerate(paths):
-            links[i, :len(p)] = p
-        F = src.size
-        ones = np.ones(F, np.int64)
-        return Candidates(src=src, dst=dst, links=links, flow=np.arange(F), equal_cost=np.ones(F, bool),
-                          first=np.arange(F), count=ones, num_equal=ones, unreachable=np.zeros(0, np.int64))

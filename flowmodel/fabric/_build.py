@@ -17,6 +17,7 @@ from __future__ import annotations
 import networkx as nx
 
 from ._spec import Clos, Fleet, ScaleUp, Site
+from ._tags import Kind, Tier
 
 CAPACITY, OVERSUBSCRIPTION = "capacity", "oversubscription"
 
@@ -44,12 +45,12 @@ class Builder:
 def _add_scale_up(b: Builder, site: Site, su: ScaleUp, first_domain: int) -> None:
     name = site.name
     group = b.group(f"{name}/scale_up", CAPACITY, su.bandwidth)
-    common = dict(tier="scale_up", site=name, group=group, length_km=0.0)
+    common = dict(tier=Tier.SCALE_UP, site=name, group=group, length_km=0.0)
     for d in range(site.num_gpus // su.size):
         gpus = [f"{name}/gpu{d * su.size + i}" for i in range(su.size)]
         if su.topology == "switch":
             switch = f"{name}/nvswitch{d}"
-            b.g.add_node(switch, kind="scale_up_switch", site=name, domain=first_domain + d)
+            b.g.add_node(switch, kind=Kind.SCALE_UP_SWITCH, site=name, domain=first_domain + d)
             for gpu in gpus:
                 b.cable(gpu, switch, capacity=su.bandwidth, coef=1.0, latency=su.latency / 2, **common)
         elif su.size > 1:
@@ -78,14 +79,14 @@ def _add_scale_out(b: Builder, site: Site, clos: Clos) -> list[str]:
     leaf = [f"{name}/leaf{i}" for i in range(Lp * P)]
     spine = [f"{name}/spine{i}" for i in range(S * P)]  # spine j of pod p is p * S + j
     for n in leaf:
-        b.g.add_node(n, kind="leaf", site=name)
+        b.g.add_node(n, kind=Kind.LEAF, site=name)
     for n in spine:
-        b.g.add_node(n, kind="spine", site=name)
+        b.g.add_node(n, kind=Kind.SPINE, site=name)
 
     g_nic = b.group(f"{name}/nic", CAPACITY, nic)
     for i in range(clos.num_gpus):
         b.cable(f"{name}/gpu{i}", leaf[_leaf_of_gpu(i, clos, domain_size)], capacity=nic, coef=1.0,
-                tier="nic", group=g_nic, **common)
+                tier=Tier.NIC, group=g_nic, **common)
 
     r0 = clos.oversubscription[0]
     leaf_spine_coef = clos.gpus_per_leaf * nic / S
@@ -94,7 +95,7 @@ def _add_scale_out(b: Builder, site: Site, clos: Clos) -> list[str]:
         pod = i // Lp
         for j in range(S):
             b.cable(leaf[i], spine[pod * S + j], capacity=leaf_spine_coef / r0, coef=leaf_spine_coef,
-                    tier="leaf_spine", group=g_leaf, **common)
+                    tier=Tier.LEAF_SPINE, group=g_leaf, **common)
     spine_down = Lp * leaf_spine_coef / r0
     if clos.tiers == 2:
         return spine
@@ -102,14 +103,14 @@ def _add_scale_out(b: Builder, site: Site, clos: Clos) -> list[str]:
     r1 = clos.oversubscription[1]
     agg = [f"{name}/aggregation{i}" for i in range(S * A)]  # aggregation a of plane j is j * A + a
     for n in agg:
-        b.g.add_node(n, kind="aggregation", site=name)
+        b.g.add_node(n, kind=Kind.AGGREGATION, site=name)
     g_spine = b.group(f"{name}/spine_up", OVERSUBSCRIPTION, r1)
     spine_agg_coef = spine_down / A
     for pod in range(P):
         for j in range(S):
             for a in range(A):
                 b.cable(spine[pod * S + j], agg[j * A + a], capacity=spine_agg_coef / r1, coef=spine_agg_coef,
-                        tier="spine_aggregation", group=g_spine, **common)
+                        tier=Tier.SPINE_AGGREGATION, group=g_spine, **common)
     return agg
 
 
@@ -138,7 +139,7 @@ def build(fleet: Fleet) -> nx.DiGraph:
                              "scale-out fabric to reach its border")
         su = site.scale_up
         for i in range(site.num_gpus):
-            b.g.add_node(f"{site.name}/gpu{i}", kind="gpu", site=site.name, rank=rank + i,
+            b.g.add_node(f"{site.name}/gpu{i}", kind=Kind.GPU, site=site.name, rank=rank + i,
                          domain=domain + i // su.size if su is not None else -1)
         if su is not None:
             _add_scale_up(b, site, su, domain)
@@ -149,16 +150,16 @@ def build(fleet: Fleet) -> nx.DiGraph:
         top = _add_scale_out(b, site, site.scale_out)
         if multi_site:
             border = f"{site.name}/border"
-            b.g.add_node(border, kind="border", site=site.name)
+            b.g.add_node(border, kind=Kind.BORDER, site=site.name)
             ratio = site.border_oversubscription
             coef = _top_down_capacity(site.scale_out)
             group = b.group(f"{site.name}/border_up", OVERSUBSCRIPTION, ratio)
             for t in top:
-                b.cable(t, border, capacity=coef / ratio, coef=coef, tier="border", group=group,
+                b.cable(t, border, capacity=coef / ratio, coef=coef, tier=Tier.BORDER, group=group,
                         site=site.name, latency=site.scale_out.latency, length_km=0.0)
     for lh in fleet.long_haul:
         group = b.group(f"long_haul/{lh.name}", CAPACITY, lh.capacity)
         for u, v in ((lh.a, lh.b), (lh.b, lh.a)):
             b.link(f"{u}/border", f"{v}/border", direction="across", capacity=lh.capacity, coef=1.0,
-                   latency=lh.latency, length_km=lh.length_km, tier="long_haul", site=lh.name, group=group)
+                   latency=lh.latency, length_km=lh.length_km, tier=Tier.LONG_HAUL, site=lh.name, group=group)
     return b.g

@@ -11,6 +11,8 @@ from collections.abc import Iterable, Mapping
 
 import networkx as nx
 
+from ._tags import Kind
+
 
 def _cable_links(g: nx.DiGraph, cable) -> list[tuple[str, str]]:
     """The directed links of ``cable``: a ``(u, v)`` pair (both directions) or a link group name."""
@@ -44,7 +46,7 @@ def fail(g: nx.DiGraph, *, cables: Iterable = (), switches: Iterable[str] = (), 
     for node in switches:
         if node not in out:
             raise ValueError(f"failures.switches: unknown node {node!r}")
-        if out.nodes[node].get("kind") == "gpu":
+        if out.nodes[node].get("kind") == Kind.GPU:
             raise ValueError(f"failures.switches: {node!r} is a GPU, not a switch")
         out.remove_node(node)
     known_sites = {d.get("site") for _, d in g.nodes(data=True)}

@@ -20,6 +20,7 @@ import numpy as np
 from .._checks import is_traced
 from .._types import Array, Float
 from ._build import CAPACITY
+from ._tags import Kind
 
 
 class Network(eqx.Module):
@@ -149,7 +150,7 @@ def compile_fabric(g: nx.DiGraph, *, dtype=None) -> tuple[Network, FabricInfo]:
         groups[name] = LinkGroup(name=name, kind=spec["kind"], value=spec["value"], unit=spec["unit"],
                                  links=links, coef=coef)
 
-    gpu_nodes = [(d["rank"], n, d.get("domain", -1)) for n, d in g.nodes(data=True) if d.get("kind") == "gpu"]
+    gpu_nodes = [(d["rank"], n, d.get("domain", -1)) for n, d in g.nodes(data=True) if d.get("kind") == Kind.GPU]
     num_gpus = g.graph.get("num_gpus", 1 + max((r for r, _, _ in gpu_nodes), default=-1))
     gpus = np.full(num_gpus, -1, dtype=np.int64)  # -1: the GPU failed with its site
     gpu_domain = np.full(num_gpus, -1, dtype=np.int64)

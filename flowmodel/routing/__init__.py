@@ -18,6 +18,7 @@ path; ``wcmp``: learnable weights). Between the two racks of a 16-spine leaf-spi
 (1, 4)
 """
 
+from ._astra import AstraRouter as AstraRouter
 from ._paths import Candidates as Candidates
 from ._paths import Router as Router
 from ._paths import Unreachable as Unreachable

@@ -24,7 +24,7 @@ import networkx as nx
 import numpy as np
 
 from .._checks import check_endpoints
-from ..fabric._network import FabricInfo
+from ..fabric import FabricInfo, Kind, Tier
 
 _HOP_KM = 1e-3  # site-level metric: fibre km, plus a metre per hop so that zero-length links tie-break by hops
 
@@ -85,7 +85,7 @@ class Router:
         index = {(int(u), int(v)): i for i, (u, v) in enumerate(zip(src, dst))}
         self._reverse = np.array([index.get((int(v), int(u)), -1) for u, v in zip(src, dst)], dtype=np.int64)
         self._reverse_list = self._reverse.tolist()
-        scale_up = tier == "scale_up"
+        scale_up = tier == Tier.SCALE_UP
         self._up: dict[int, list[tuple[int, int]]] = {}
         for i in np.flatnonzero((direction == "up") & ~scale_up):
             self._up.setdefault(int(src[i]), []).append((int(dst[i]), int(i)))
@@ -94,13 +94,13 @@ class Router:
         for (u, v), i in self._scale_up.items():
             self._scale_up_out.setdefault(u, []).append((v, i))
         kind = info.node_kind
-        self._border = {info.site_of(n): n for n in np.flatnonzero(kind == "border").tolist()}
+        self._border = {info.site_of(n): n for n in np.flatnonzero(kind == Kind.BORDER).tolist()}
         self._sites = nx.Graph()
-        for i in np.flatnonzero(tier == "long_haul"):
+        for i in np.flatnonzero(tier == Tier.LONG_HAUL):
             a, b = info.site_of(int(src[i])), info.site_of(int(dst[i]))
             self._sites.add_edge(a, b, weight=float(info.length_km[i]) + _HOP_KM)
         self._long_haul = {(info.site_of(int(src[i])), info.site_of(int(dst[i]))): int(i)
-                           for i in np.flatnonzero(tier == "long_haul")}
+                           for i in np.flatnonzero(tier == Tier.LONG_HAUL)}
         self._up_memo: dict[int, dict[int, list[tuple[int, ...]]]] = {}
         self._down_memo: dict[int, tuple[dict, dict]] = {}
         self._level_memo: dict[int, list[tuple[int, frozenset[int]]]] = {}

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._checks import is_traced
-from ..fabric._network import FabricInfo
+from ..fabric import FabricInfo, Tier
 from ..kernels import (
     completion_times,
     link_bytes,
@@ -143,9 +143,9 @@ def domain_of(info: FabricInfo, routes: np.ndarray) -> str:
     """The widest domain any of the routes crosses: scale_across (long-haul), scale_out, scale_up."""
     used = routes[routes >= 0]
     tiers = set(info.tier[np.unique(used)].tolist()) if used.size else set()
-    if "long_haul" in tiers:
+    if Tier.LONG_HAUL in tiers:
         return "scale_across"
-    if tiers - {"scale_up"}:
+    if tiers - {Tier.SCALE_UP}:
         return "scale_out"
     return "scale_up"
 

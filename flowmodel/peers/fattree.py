@@ -1,4 +1,5 @@
-"""k-ary fat-tree (three-tier folded Clos) with closed-form link numbering.
+"""Benchmark fixture: a k-ary fat-tree (three-tier folded Clos) with closed-form link numbering, and
+random distinct host pairs; the instances the kernels are checked and timed on against the peers.
 
 Links are directed and numbered in six blocks of ``H = k**3 / 4`` links each, so a route can be
 computed with integer arithmetic for 100K flows at once instead of a graph search per flow:
