@@ -53,6 +53,15 @@ def fleet_result(model, fleet) -> dict:
                             "last_change": float(fleet.change)}}
 
 
+def _needs(scenario, section: str):
+    """The scenario, if it has the section a command works on and a training job to evaluate."""
+    if getattr(scenario, section) is None:
+        raise ValueError(f"{section}: the config has no {section} section")
+    if not scenario.training:
+        raise ValueError(f"workloads.training: {section} needs at least one training job")
+    return scenario
+
+
 def _prepare(scenario, quiet: bool):
     from .scenario import prepare
 
@@ -68,6 +77,8 @@ def cmd_run(scenario, out: str, quiet: bool) -> dict:
 
     t0 = time.perf_counter()
     model = _prepare(scenario, quiet)
+    if not quiet:
+        print("[compile and evaluate]", flush=True)
     result = fleet_result(model, model.evaluate())
     result["seconds"] = time.perf_counter() - t0
     if not quiet:
@@ -85,11 +96,7 @@ def cmd_optimize(scenario, out: str, quiet: bool) -> dict:
     from . import optimize, plots
     from .results import write_json
 
-    if scenario.optimize is None:
-        raise ValueError("optimize: the config has no optimize section")
-    if not scenario.training:
-        raise ValueError("workloads.training: optimize needs at least one training job")
-    model = _prepare(scenario, quiet)
+    model = _prepare(_needs(scenario, "optimize"), quiet)
     o = scenario.optimize
     space = optimize.Space(model.info, o.knobs, o.cost)
     objective, exact = model.objective()
@@ -149,11 +156,7 @@ def sweep_evaluation(model):
 def cmd_sweep(scenario, out: str, quiet: bool) -> dict:
     from . import plots, sweep
 
-    if scenario.sweep is None:
-        raise ValueError("sweep: the config has no sweep section")
-    if not scenario.training:
-        raise ValueError("workloads.training: sweep needs at least one training job")
-    model = _prepare(scenario, quiet)
+    model = _prepare(_needs(scenario, "sweep"), quiet)
     axes = scenario.sweep.axes
     for group in axes:
         if group not in model.info.groups:
@@ -176,11 +179,7 @@ def cmd_failures(scenario, out: str, quiet: bool) -> dict:
     from . import resilience
     from .results import write_json
 
-    if scenario.failures is None:
-        raise ValueError("failures: the config has no failures section")
-    if not scenario.training:
-        raise ValueError("workloads.training: failures needs at least one training job")
-    model = _prepare(scenario, quiet)
+    model = _prepare(_needs(scenario, "failures"), quiet)
     scenarios = resilience.failure_scenarios(model)
     if not quiet:
         print(f"[evaluate {len(scenarios)} failure scenarios]", flush=True)

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 
@@ -42,6 +43,17 @@ def write_text(path: str, text: str) -> None:
     write_bytes(path, text.encode())
 
 
+def _strict(value):
+    """JSON has no inf or NaN: they become null (a disconnected job's step time, say)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    return value
+
+
 def write_json(path: str, payload) -> None:
-    """``payload`` as indented JSON at ``path``, atomically (``write_text``)."""
-    write_text(path, json.dumps(payload, indent=1))
+    """``payload`` as indented, strict JSON at ``path`` (inf and NaN as null), atomically."""
+    write_text(path, json.dumps(_strict(payload), indent=1, allow_nan=False))

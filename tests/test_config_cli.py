@@ -255,3 +255,26 @@ def test_shipped_configs_run(name, tmp_path):
     assert cli.main(["run", path, "--out", str(tmp_path), "--quiet"]) == 0
     result = json.loads((tmp_path / "result.json").read_text())
     assert np.isfinite(result["step_time_s"]) and result["step_time_s"] > 0
+
+
+def test_cli_failures_and_result_file_permissions(tmp_path):
+    data = _quickstart()
+    data["failures"] = {"tiers": ["long_haul"], "probability": 0.1}
+    path = tmp_path / "f.yaml"
+    path.write_text(yaml.safe_dump(data))
+    old = os.umask(0o022)
+    try:
+        assert cli.main(["failures", str(path), "--out", str(tmp_path / "f"), "--quiet"]) == 0
+        assert cli.main(["run", str(path), "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    finally:
+        os.umask(old)
+    result = json.loads((tmp_path / "f" / "result.json").read_text())
+    job = result["jobs"]["llm"]
+    run = json.loads((tmp_path / "r" / "result.json").read_text())
+    assert job["healthy_step_time_s"] == pytest.approx(run["step_time_s"], rel=1e-12)
+    assert result["failures"] == ["b0/border-b1/border down"] and job["disconnected"] == result["failures"]
+    assert job["expected_step_time_s"] is None  # the only failure cuts the job in two: no finite expectation
+    assert (tmp_path / "f" / "result.json").stat().st_mode & 0o777 == 0o644
+    del data["failures"]
+    path.write_text(yaml.safe_dump(data))
+    assert cli.main(["failures", str(path), "--out", str(tmp_path / "g"), "--quiet"]) == 2

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from flowmodel import fabric as fb
+from flowmodel.peers import fattree
 
 
 def _edges(g, **tags):
@@ -81,7 +82,7 @@ def test_meta_24k_preset_ratios_measured_from_the_graph():
 def test_fat_tree_from_radix_is_the_closed_form_fat_tree():
     k = 4
     g = fb.build(fb.Fleet(sites=(fb.Site("s", scale_out=fb.Clos.from_radix(k), scale_up=None),)))
-    ref = fb.fat_tree(k).to_networkx()
+    ref = fattree.fat_tree(k).to_networkx()
     assert nx.is_isomorphic(nx.Graph(g), nx.Graph(ref))
 
 

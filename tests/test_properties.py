@@ -18,6 +18,7 @@ from flowmodel import routing as rt
 from flowmodel import scenario as sc
 from flowmodel import steptime as st
 from flowmodel import traffic as tr
+from flowmodel.peers import fattree
 
 TINY = tr.Model("tiny", layers=4, hidden=512, ffn_hidden=2048, heads=8, kv_heads=4, vocab=4000, seq_len=1024)
 SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -47,7 +48,7 @@ def fleets(draw):
 def test_rates_on_random_fabrics_pass_the_certificate(fleet, seed, policy):
     net, info = fb.compile_fabric(fb.build(fleet))
     rng = np.random.default_rng(seed)
-    src, dst = fb.random_pairs(info.num_gpus, min(60, info.num_gpus), rng)
+    src, dst = fattree.random_pairs(info.num_gpus, min(60, info.num_gpus), rng)
     sub = rt.route(rt.Router(info), src, dst, policy, seed=seed)
     w = np.asarray(sub.weights())
     rates = np.asarray(fm.maxmin_rates(sub.routes, net.capacity, weights=w))

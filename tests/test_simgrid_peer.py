@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import flowmodel as fm
-from flowmodel.peers import simgrid
+from flowmodel.peers import fattree, simgrid
 
 pytestmark = [pytest.mark.peer, pytest.mark.slow]
 
@@ -18,9 +18,9 @@ if not simgrid.available():
 
 @pytest.mark.parametrize("k, flows, seed", [(4, 200, 0), (8, 2000, 1)])
 def test_rates_match_simgrid_on_random_fat_tree(k, flows, seed):
-    ft = fm.fabric.fat_tree(k, heterogeneity=0.5, seed=seed)
+    ft = fattree.fat_tree(k, heterogeneity=0.5, seed=seed)
     rng = np.random.default_rng(seed)
-    src, dst = fm.fabric.random_pairs(ft.num_hosts, flows, rng)
+    src, dst = fattree.random_pairs(ft.num_hosts, flows, rng)
     routes = ft.route(src, dst, rng)
     limit = np.where(rng.random(flows) < 0.2, rng.uniform(5e9, 3e10, flows), np.inf)
     ours = np.asarray(fm.maxmin_rates(routes, ft.capacity, rate_limit=limit))
@@ -36,9 +36,9 @@ def test_three_flow_case_matches_simgrid():
 
 @pytest.mark.parametrize("with_latency", [False, True])
 def test_completion_times_match_simgrid(with_latency):
-    ft = fm.fabric.fat_tree(4, heterogeneity=0.5, seed=5, latency=2e-6 if with_latency else 0.0)
+    ft = fattree.fat_tree(4, heterogeneity=0.5, seed=5, latency=2e-6 if with_latency else 0.0)
     rng = np.random.default_rng(6)
-    src, dst = fm.fabric.random_pairs(ft.num_hosts, 120, rng)
+    src, dst = fattree.random_pairs(ft.num_hosts, 120, rng)
     routes = ft.route(src, dst, rng)
     sizes = np.round(np.exp(rng.uniform(np.log(1e6), np.log(1e9), 120)))
     start = np.where(rng.random(120) < 0.5, rng.uniform(0, 0.01, 120), 0.0)

@@ -25,9 +25,7 @@ jax.config.update("jax_enable_x64", True)
 from common import print_table, write_json  # noqa: E402
 
 from flowmodel import fabric as fb  # noqa: E402
-from flowmodel import routing as rt  # noqa: E402
-from flowmodel import steptime as st  # noqa: E402
-from flowmodel import sweep  # noqa: E402
+from flowmodel import scenario, sweep  # noqa: E402
 from flowmodel import traffic as tr  # noqa: E402
 
 MODEL = tr.Model("8b-class", layers=32, hidden=4096, ffn_hidden=14336, heads=32, kv_heads=8, vocab=128256,
@@ -60,16 +58,17 @@ def peak_gib() -> float:
 def run(name: str, sweep_points: int) -> dict:
     row = {"fleet": name}
     t0 = time.perf_counter()
-    network, info = fb.compile_fabric(fb.build(fleet(name)))
-    router = rt.Router(info)
-    gpus = info.num_gpus
+    spec = fleet(name)
+    gpus = spec.num_gpus
     job = tr.Training(MODEL, tr.Parallelism(tp=8, dp=gpus // 8), global_batch=gpus // 8)
-    plan = st.plan_training(job, info, router)
-    row.update(gpus=gpus, links=info.num_links, dp_flows=plan.dp.sub.routes.shape[0],
+    model = scenario.prepare(scenario.Scenario(name, spec, training=(job,)))
+    network, info = model.network, model.info
+    row.update(gpus=gpus, links=info.num_links, dp_flows=model.plans[0].dp.sub.routes.shape[0],
                build_s=time.perf_counter() - t0)
 
+    @jax.jit
     def forward(capacity):
-        return st.step_time(plan, fb.Network(capacity=capacity, latency=network.latency)).step_time
+        return model.step_time(fb.Network(capacity=capacity, latency=network.latency))
 
     t0 = time.perf_counter()
     step = float(forward(network.capacity))
@@ -89,16 +88,17 @@ def run(name: str, sweep_points: int) -> dict:
         values = np.linspace(0.5, 2.0, sweep_points) * info.groups[groups[0]].value
 
         def evaluate(p):
-            net = fb.apply_groups(network, info, {g: p["value"] for g in groups})
-            return {"step": st.step_time(plan, net).step_time}
+            return {"step": model.step_time(fb.apply_groups(network, info, {g: p["value"] for g in groups}))}
 
         sweep.sweep(evaluate, {"value": values[:2]})  # compile
         t0 = time.perf_counter()
         sweep.sweep(evaluate, {"value": values})
         row["sweep_per_s"] = sweep_points / (time.perf_counter() - t0)
+        one = jax.jit(evaluate)
+        float(one({"value": values[0]})["step"])  # compile
         t0 = time.perf_counter()
         for v in values:
-            float(evaluate({"value": v})["step"])
+            float(one({"value": v})["step"])
         row["loop_per_s"] = sweep_points / (time.perf_counter() - t0)
         row["sweep_vs_loop"] = row["sweep_per_s"] / row["loop_per_s"]
     row["peak_gib"] = peak_gib()
