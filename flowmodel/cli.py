@@ -44,7 +44,7 @@ def fleet_result(model, fleet) -> dict:
                    "by_domain": _floats(r.by_domain),
                    "collectives": {k: {**_floats(v), "domain": domains[name][k]} for k, v in r.collectives.items()}}
             for name, r in fleet.steps.items()}
-    slowest = max(jobs, key=lambda n: jobs[n]["step_time_s"]) if jobs else None
+    slowest = fleet.critical()
     return {"scenario": model.scenario.name,
             "step_time_s": jobs[slowest]["step_time_s"] if slowest else None,
             "breakdown": jobs[slowest]["breakdown"] if slowest else {},
@@ -110,15 +110,14 @@ def cmd_optimize(scenario, out: str, quiet: bool) -> dict:
     if rounded:
         res = optimize.round_to_allowed(res, model.network, space, exact, budget=o.budget)
     before, after = model.evaluate(), model.evaluate(res.network, logits=res.logits)
-    critical = lambda fleet: max(fleet.steps.values(), key=lambda r: float(r.step_time))  # noqa: E731
     result = {"scenario": scenario.name, "baseline_step_time_s": res.baseline,
               "optimized_step_time_s": res.optimized, "parameters": res.parameters,
               "baseline_parameters": {k.group: {"value": model.info.groups[k.group].value,
                                                 "unit": model.info.groups[k.group].unit} for k in o.knobs},
               "cost": res.cost, "budget": o.budget, "history": [float(h) for h in res.history],
               "restarts": res.restarts, "rounded": rounded,
-              "baseline_breakdown": _floats(critical(before).breakdown),
-              "optimized_breakdown": _floats(critical(after).breakdown)}
+              "baseline_breakdown": _floats(before.steps[before.critical()].breakdown),
+              "optimized_breakdown": _floats(after.steps[after.critical()].breakdown)}
     plots.loss_curve(res.history, os.path.join(out, "loss.png"))
     plots.breakdown_bars({"baseline": result["baseline_breakdown"], "optimized": result["optimized_breakdown"]},
                          os.path.join(out, "breakdown.png"))

@@ -20,14 +20,10 @@ def _commands_agree(name):
     sc = config.load(os.path.join(CONFIGS, f"{name}.yaml"))
     model = scenario.prepare(sc)
     run = cli.fleet_result(model, model.evaluate())["step_time_s"]
-    # optimize: the baseline of its exact objective (a knob on the first link group when it has none)
-    group = next(iter(model.info.groups))
-    value = model.info.groups[group].value
-    knobs = sc.optimize.knobs if sc.optimize else (optimize.Knob(group, value / 2, value * 2),)
-    optimize.Space(model.info, knobs, sc.optimize.cost if sc.optimize else optimize.CostModel())
+    # optimize: the baseline of its exact objective
     baseline = optimize.baseline_value(model.objective()[1], model.network)
     # sweep: one point at the scenario's own values of the grid's groups
-    groups = list(sc.sweep.axes) if sc.sweep else [group]
+    groups = list(sc.sweep.axes) if sc.sweep else [next(iter(model.info.groups))]
     point = sweep.grid(**{g: [model.info.groups[g].value] for g in groups})
     swept = float(sweep.sweep(cli.sweep_evaluation(model), point)["step_time_s"][0])
     # failures: the healthy case of the failure evaluation

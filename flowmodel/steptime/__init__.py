@@ -34,7 +34,6 @@ from ._fleet import FleetResult as FleetResult
 from ._fleet import check_workloads as check_workloads
 from ._fleet import constant_load as constant_load
 from ._fleet import evaluate_fleet as evaluate_fleet
-from ._fleet import job_logits as job_logits
 from ._schedule import evaluate_schedule as evaluate_schedule
 from ._schedule import one_f_one_b as one_f_one_b
 from ._training import StepResult as StepResult

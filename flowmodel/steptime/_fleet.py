@@ -52,6 +52,10 @@ class FleetResult:
         """The slowest job's step time: the scenario's step time."""
         return _slowest([r.step_time for r in self.steps.values()])
 
+    def critical(self) -> str | None:
+        """The name of the slowest job (concrete results only), None without jobs."""
+        return max(self.steps, key=lambda name: float(self.steps[name].step_time)) if self.steps else None
+
 
 jax.tree_util.register_dataclass(FleetResult, data_fields=["steps", "kv_transfer_s", "change", "converged"],
                                  meta_fields=["iterations"])
@@ -99,7 +103,9 @@ def evaluate_fleet(plans: list[TrainingPlan], network: Network, options: Options
     """
     L = network.num_links
     fixed = jnp.zeros(L, network.capacity.dtype) if fixed_load is None else jnp.asarray(fixed_load)
-    per_step = [step_bytes(plan, L, logits=job_logits(logits, j)) for j, plan in enumerate(plans)]
+    coupled = len(plans) > 1 or transfers  # only then are the jobs' average loads needed
+    per_step = [step_bytes(plan, L, logits=job_logits(logits, j)) if coupled else None
+                for j, plan in enumerate(plans)]
     results: list[StepResult | None] = [None] * len(plans)
     times = [jnp.inf] * len(plans)  # a job not yet evaluated loads nothing
     iterations = 1 if len(plans) <= 1 else options.fleet_iterations
@@ -118,8 +124,9 @@ def evaluate_fleet(plans: list[TrainingPlan], network: Network, options: Options
     converged = change <= tol
 
     kv = {}
-    total = fixed + sum((per_step[i] / times[i] for i in range(len(plans))), jnp.zeros(L))
-    capacity = residual_capacity(network.capacity, total, info)
+    if transfers:
+        total = fixed + sum((per_step[i] / times[i] for i in range(len(plans))), jnp.zeros(L))
+        capacity = residual_capacity(network.capacity, total, info)
     for name, rp in transfers:  # one request's transfer, on top of every workload's average load
         kv[name] = phase_time(rp, capacity, network.latency, options)
     return FleetResult(steps={plan.job.name: r for plan, r in zip(plans, results)}, kv_transfer_s=kv,
