@@ -89,7 +89,7 @@ class Space:
         seen = set()
         for k in self.knobs:
             if k.group not in self.info.groups:
-                raise ValueError(f"knobs: unknown link group {k.group!r}")
+                raise ValueError(f"knobs: unknown link group {k.group!r}; known: {', '.join(sorted(self.info.groups))}")
             if k.group in seen:
                 raise ValueError(f"knobs: group {k.group!r} is listed twice")
             seen.add(k.group)
@@ -120,6 +120,16 @@ class Space:
 
     def network(self, base: Network, z) -> Network:
         return apply_groups(base, self.info, self.values(z))
+
+    def cost_at(self, values: Mapping[str, float]) -> float:
+        """Cost of the knobs' links at group ``values`` (ratio or bytes/s), inside the box or not."""
+        price = self.cost.link_prices(self.info)
+        total = 0.0
+        for k in self.knobs:
+            g = self.info.groups[k.group]
+            v = values[k.group]
+            total += float(np.sum(price[g.links] * g.coef)) * (v if g.kind == CAPACITY else 1.0 / v)
+        return total
 
     def cost_line(self) -> tuple[float, np.ndarray]:
         """Cost of the knobs' links = a + b . z."""
