@@ -54,7 +54,7 @@ def fleet_result(model, fleet) -> dict:
     plans = {plan.job.name: plan for plan in model.plans}
     jobs = {}
     for name, r in fleet.steps.items():
-        collectives = {kind: {**{_COLLECTIVE_KEYS[k]: float(v) for k, v in figures.items()},
+        collectives = {kind: {**{_COLLECTIVE_KEYS[k]: (int if k == "ranks" else float)(v) for k, v in figures.items()},
                               "domain": plans[name].domains[kind]} for kind, figures in r.collectives.items()}
         jobs[name] = {"step_time_s": float(r.step_time), "breakdown_s": _floats(r.breakdown),
                       "by_domain_s": _floats(r.by_domain), "collectives": collectives,
@@ -237,11 +237,10 @@ def cmd_failures(scenario, out: str, quiet: bool) -> dict:
 def cmd_validate(scenario, out: str | None, quiet: bool) -> dict:
     """Parse, build, route and plan; no evaluation and no files."""
     model = _prepare(scenario, quiet)
-    for section, groups, where in (
-            ("optimize", [k.group for k in scenario.optimize.knobs] if scenario.optimize else [],
-             lambda i, g: f"optimize.knobs[{i}].group"),
-            ("sweep", list(scenario.sweep.axes) if scenario.sweep else [], lambda i, g: f"sweep.grid.{g}")):
-        _check_groups(model, groups, where)
+    if scenario.optimize is not None:
+        _check_groups(model, [k.group for k in scenario.optimize.knobs], lambda i, g: f"optimize.knobs[{i}].group")
+    if scenario.sweep is not None:
+        _check_groups(model, list(scenario.sweep.axes), lambda i, g: f"sweep.grid.{g}")
     if scenario.failures is not None:
         from . import resilience
 
@@ -269,8 +268,13 @@ OUTPUTS = {"run": ("run.json",), "optimize": ("optimize.json", "optimize_loss.pn
            "sweep": ("sweep.json", "sweep.csv", "sweep.png"), "failures": ("failures.json", "failures.png")}
 
 
-def check_out(out: str) -> str:
-    """``out`` as a folder that exists and can be written, or a ``UsageError`` naming it."""
+def check_out(out: str) -> list[str]:
+    """Make ``out`` a folder that exists and can be written, or raise a ``UsageError`` naming it;
+    returns the folders it created (so a command that then fails can leave nothing behind)."""
+    created, path = [], os.path.abspath(out)
+    while not os.path.exists(path):
+        created.append(path)
+        path = os.path.dirname(path)
     try:
         os.makedirs(out, exist_ok=True)
         with tempfile.TemporaryFile(dir=out):
@@ -279,7 +283,15 @@ def check_out(out: str) -> str:
         raise UsageError(f"--out {out}: is a file, not a folder") from None
     except OSError as e:
         raise UsageError(f"--out {out}: cannot write there ({e.strerror})") from None
-    return out
+    return created
+
+
+def _remove_empty(folders: list[str]) -> None:
+    for folder in folders:  # deepest first
+        try:
+            os.rmdir(folder)
+        except OSError:
+            return
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -325,18 +337,22 @@ def main(argv: list[str] | None = None) -> int:
         warnings.showwarning = _show_warning
         if args.quiet:
             warnings.simplefilter("ignore")
+        created = []
         try:
             scenario = load(args.config, args.overrides)
             if out is not None:
-                check_out(out)
+                created = check_out(out)
             COMMANDS[args.command][0](scenario, out, args.quiet)
         except (ConfigError, ValueError) as e:
+            _remove_empty(created)
             print(f"flowmodel: {str(e).splitlines()[0]}", file=sys.stderr)
             return 2
         except MemoryError:
+            _remove_empty(created)
             print("flowmodel: out of memory: the scenario is too large for this machine", file=sys.stderr)
             return 1
         except KeyboardInterrupt:
+            _remove_empty(created)
             print("flowmodel: interrupted", file=sys.stderr)
             return 130
     if not args.quiet and out is not None:

@@ -417,9 +417,6 @@ def parse(data: Any) -> Scenario:
                      "optimize.cost")
         search = _make(Search, dict(opt, knobs=knobs, cost=cost), "optimize")
     options = raw["model"]
-    for key in ("window", "packet", "buffer"):
-        if options[key] is not None and options[key] <= 0:
-            _fail(f"model.{key}", f"must be > 0 bytes, got {options[key]}")
     for key in ("packet", "buffer"):  # they shape the queueing model only: never accept and ignore them
         if options[key] is not None and not options["queueing"]:
             _fail(f"model.{key}", f"is used only with model.queueing: true, got {options[key]} without it")
@@ -460,7 +457,9 @@ def override(data: Any, assignment: str) -> Any:
         if token.startswith("["):
             index = int(token[1:-1])
             if not isinstance(node, list) or index >= len(node):
-                size = (f"has {len(node)} item{'' if len(node) == 1 else 's'}" if isinstance(node, list) else "is not a list")
+                size = "is not a list"
+                if isinstance(node, list):
+                    size = f"has {len(node)} item{'' if len(node) == 1 else 's'}"
                 raise ConfigError(f"--set {key}: {where or 'the scenario'} {size}")
             where += token
             if following is None:
@@ -525,9 +524,10 @@ def reference() -> str:
     """The YAML reference (docs/config.md): every key of every section, with its type and unit, its
     default and its meaning, generated from the schema."""
     lines = ["# Scenario file reference", "",
-             "Generated from the schema in `flowmodel/config.py` (`flowmodel reference > docs/config.md`); a test keeps "
-             "the two in step. Units are converted once, when the file is read; unknown keys and units are "
-             "errors that name the key. Model presets: " + ", ".join(f"`{p}`" for p in MODEL_PRESETS) + ".", ""]
+             "Generated from the schema in `flowmodel/config.py` (`flowmodel reference > docs/config.md`); "
+             "a test keeps the two in step. Units are converted once, when the file is read; unknown keys and "
+             "units are errors that name the key. Model presets: "
+             + ", ".join(f"`{p}`" for p in MODEL_PRESETS) + ".", ""]
     sections = [("", SCENARIO)]
     seen = set()
     while sections:
