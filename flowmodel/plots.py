@@ -135,6 +135,6 @@ def failure_bars(jobs: dict[str, dict], path: str, *, top: int = 20) -> None:
         ax.set_title(f"{name}: {len(job['disconnected'])} failure(s) disconnect it", fontsize=9)
         ax.set_xlabel("step time (s)")
         ax.tick_params(axis="y", labelsize=6)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     save_figure(fig, path)
     plt.close(fig)
