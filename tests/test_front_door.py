@@ -199,3 +199,50 @@ def test_reference_matches_the_schema():
                 specs.append(sub)
     with open(os.path.join(HERE, "..", "README.md")) as fh:
         assert "docs/config.md" in fh.read()
+
+
+def _captured(monkeypatch):
+    from flowmodel import plots
+
+    figures = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig))
+    return plots, figures
+
+
+def test_breakdown_colours_are_fixed_per_component_and_the_legend_is_outside(monkeypatch):
+    plots, figures = _captured(monkeypatch)
+    plots.breakdown_bars({"a": {"dp": 1.0, "compute": 2.0, "tp": 0.5}}, "x.png")
+    plots.breakdown_bars({"b": {"compute": 2.0, "tp": 0.5, "pipeline": 0.2, "dp": 1.0}}, "y.png")
+    for fig in figures:
+        ax = fig.axes[0]
+        colours = {p.get_label(): p.patches[0].get_facecolor() for p in ax.containers}
+        for part, colour in colours.items():
+            import matplotlib.colors
+
+            assert matplotlib.colors.to_hex(colour) == plots.COMPONENT_COLOURS[part]
+        assert [c.get_label() for c in ax.containers][0] == "compute"  # the step's order, not the dict's
+        assert ax.get_legend().get_bbox_to_anchor().x0 > ax.get_window_extent().x1 - 1
+
+
+def test_sweep_plot_has_log_axes_in_the_config_units_and_distinct_lines(monkeypatch):
+    import numpy as np
+
+    plots, figures = _captured(monkeypatch)
+    x = np.array([400, 800, 1600, 3200] * 2) * 1e9 / 8
+    table = {"long_haul/a-b": x, "a/spine_up": np.repeat([1.0, 2.0], 4), "step_time_s": 1 / x + 1e-12}
+    plots.sweep_lines(table, ["long_haul/a-b", "a/spine_up"], "step_time_s", "s.png",
+                      units={"long_haul/a-b": "bytes/s", "a/spine_up": "ratio"})
+    ax = figures[0].axes[0]
+    assert ax.get_xscale() == "log" and ax.get_xlabel() == "long_haul/a-b (Gbps)"
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["400", "800", "1600", "3200"]
+    lines = ax.get_lines()
+    assert len({(line.get_marker(), line.get_linestyle()) for line in lines}) == len(lines) == 2
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a/spine_up = 1:1", "a/spine_up = 2:1"]
+
+
+def test_loss_plot_shows_the_exact_values(monkeypatch):
+    plots, figures = _captured(monkeypatch)
+    plots.loss_curve([0.8, 0.6, 0.65], "l.png", exact={"baseline (exact)": 0.66, "result, rounded (exact)": 0.53})
+    labels = [t.get_text() for t in figures[0].axes[0].get_legend().get_texts()]
+    assert labels == ["searched objective (smooth rates)", "baseline (exact): 0.66 s",
+                      "result, rounded (exact): 0.53 s"]
