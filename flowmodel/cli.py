@@ -117,7 +117,7 @@ def cmd_run(scenario, out: str, quiet: bool) -> dict:
     return result
 
 
-def cmd_optimize(scenario, out: str, quiet: bool) -> dict:
+def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> dict:
     import optax
     from tqdm import tqdm
 
@@ -135,10 +135,10 @@ def cmd_optimize(scenario, out: str, quiet: bool) -> dict:
         res = optimize.minimize(objective, model.network, space, exact=exact, budget=o.budget, steps=o.steps,
                                 optimizer=optax.adam(o.learning_rate), restarts=o.restarts, seed=o.seed,
                                 callback=lambda i, v: (bar.update(1), bar.set_postfix(objective=f"{v:.4g}")))
-    rounded = any(k.allowed for k in o.knobs)
     searched = res.optimized
-    if rounded:
-        res = optimize.round_to_allowed(res, model.network, space, exact, budget=o.budget)
+    _say(quiet)("round to allowed values and refine on the exact model")
+    done = optimize.finish(res, model.network, space, exact, budget=o.budget)
+    res = done.result
     before, after = model.evaluate(), model.evaluate(res.network, logits=res.logits)
     result = {"scenario": scenario.name, "units": UNITS, "baseline_step_time_s": res.baseline,
               "optimized_step_time_s": res.optimized, "searched_step_time_s": searched,
@@ -146,14 +146,29 @@ def cmd_optimize(scenario, out: str, quiet: bool) -> dict:
               "baseline_parameters": {g: {"value": v, "unit": model.info.groups[g].unit}
                                       for g, v in baseline_values.items()},
               "baseline_cost": space.cost_at(baseline_values), "optimized_cost": res.cost, "budget": o.budget,
-              "history": [float(h) for h in res.history], "restarts": res.restarts, "rounded": rounded,
+              "optimality_check": done.check.as_dict(), "roundings": done.roundings,
+              "refine_evaluations": done.evaluations,
+              "history": [float(h) for h in res.history], "restarts": res.restarts,
               "baseline_breakdown_s": _floats(before.steps[before.critical()].breakdown),
               "optimized_breakdown_s": _floats(after.steps[after.critical()].breakdown)}
+    front = None
+    if pareto:
+        budgets = optimize.budget_range(space, pareto)
+        _say(quiet)(f"pareto front over {pareto} budgets, {budgets[0]:.6g} to {budgets[-1]:.6g}")
+        points = optimize.pareto(res, model.network, space, exact, budgets)
+        front = {"scenario": scenario.name, "units": UNITS,
+                 "points": [{"budget": float(bud), "cost": p.result.cost, "step_time_s": p.result.optimized,
+                             "parameters": p.result.parameters, "optimality_check": p.check.as_dict()}
+                            for bud, p in zip(budgets, points)]}
     plots.loss_curve(res.history, os.path.join(out, "optimize_loss.png"),
                      exact={"baseline (exact)": res.baseline, "search end (exact)": searched,
-                            **({"result, rounded (exact)": res.optimized} if rounded else {})})
+                            "refined (exact)": res.optimized})
     plots.breakdown_bars({"baseline": result["baseline_breakdown_s"], "optimized": result["optimized_breakdown_s"]},
                          os.path.join(out, "optimize_breakdown.png"))
+    if front is not None:
+        plots.pareto_front(front["points"], os.path.join(out, "optimize_pareto.png"),
+                           chosen=(res.cost, res.optimized), baseline=(result["baseline_cost"], res.baseline))
+        write_json(os.path.join(out, "optimize_pareto.json"), front)
     write_json(os.path.join(out, "optimize.json"), result)
     if not quiet:
         print(f"{scenario.name}: step time {res.baseline:.4f} s -> {res.optimized:.4f} s "
@@ -162,6 +177,12 @@ def cmd_optimize(scenario, out: str, quiet: bool) -> dict:
         for name, p in res.parameters.items():
             base = result["baseline_parameters"][name]["value"]
             print(f"  {name:<24} {base:>12.5g} -> {p['value']:>12.5g} {p['unit']}")
+        check = done.check
+        print(f"  optimality check: {'passed' if check.passed else 'FAILED'} ({check.moves} moves, best gain "
+              f"{max(check.best_gain, 0.0):.2%}; {done.roundings} rounding(s), {done.evaluations} exact evaluations)")
+        if front is not None:
+            for p in front["points"]:
+                print(f"  budget {p['budget']:>12.6g}: step time {p['step_time_s']:.4f} s at cost {p['cost']:.6g}")
     return result
 
 
@@ -265,6 +286,7 @@ COMMANDS = {"run": (cmd_run, "step time of every workload in a scenario"),
 
 
 OUTPUTS = {"run": ("run.json",), "optimize": ("optimize.json", "optimize_loss.png", "optimize_breakdown.png"),
+           "pareto": ("optimize_pareto.json", "optimize_pareto.png"),
            "sweep": ("sweep.json", "sweep.csv", "sweep.png"), "failures": ("failures.json", "failures.png")}
 
 
@@ -308,6 +330,10 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", dest="overrides",
                        help="override one key of the file, e.g. workloads.training[0].global_batch=128 "
                             "(repeatable; same units and checks as the file)")
+        if name == "optimize":
+            p.add_argument("--pareto", type=int, nargs="?", const=9, default=None, metavar="N",
+                           help="also write the cost / step-time front: a refined optimum at N budgets (default 9) "
+                                "from the knobs' cheapest to their dearest setting")
         p.add_argument("--quiet", action="store_true", help="print nothing but errors")
         p.add_argument("--verbose", action="store_true", help="also show JAX/XLA log messages")
     sub.add_parser("reference", help="print the scenario file reference (docs/config.md)")
@@ -342,7 +368,10 @@ def main(argv: list[str] | None = None) -> int:
             scenario = load(args.config, args.overrides)
             if out is not None:
                 created = check_out(out)
-            COMMANDS[args.command][0](scenario, out, args.quiet)
+            if getattr(args, "pareto", None) is not None and args.pareto < 2:
+                raise UsageError(f"--pareto: needs at least 2 budgets, got {args.pareto}")
+            extra = {"pareto": args.pareto} if args.command == "optimize" else {}
+            COMMANDS[args.command][0](scenario, out, args.quiet, **extra)
         except (ConfigError, ValueError) as e:
             _remove_empty(created)
             print(f"flowmodel: {str(e).splitlines()[0]}", file=sys.stderr)
@@ -356,7 +385,8 @@ def main(argv: list[str] | None = None) -> int:
             print("flowmodel: interrupted", file=sys.stderr)
             return 130
     if not args.quiet and out is not None:
-        print(f"\nwrote {', '.join(OUTPUTS[args.command])} in {out}")
+        files = OUTPUTS[args.command] + (OUTPUTS["pareto"] if getattr(args, "pareto", None) else ())
+        print(f"\nwrote {', '.join(files)} in {out}")
     return 0
 
 

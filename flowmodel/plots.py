@@ -138,3 +138,22 @@ def failure_bars(jobs: dict[str, dict], path: str, *, top: int = 20) -> None:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     save_figure(fig, path)
     plt.close(fig)
+
+
+def pareto_front(points: list[dict], path: str, *, chosen: tuple[float, float] | None = None,
+                 baseline: tuple[float, float] | None = None) -> None:
+    """Step time against cost of each refined optimum of a budget sweep, with the configured
+    budget's result and the baseline marked."""
+    plt = new_figure()
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    ax.plot([p["cost"] for p in points], [p["step_time_s"] for p in points], marker="o", label="refined optimum")
+    if chosen is not None:
+        ax.plot(*chosen, marker="*", markersize=12, linestyle="none", color="#d62728", label="at the budget")
+    if baseline is not None:
+        ax.plot(*baseline, marker="s", linestyle="none", color="black", label="baseline")
+    ax.set_xlabel("cost")
+    ax.set_ylabel("step time (s)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    save_figure(fig, path)
+    plt.close(fig)

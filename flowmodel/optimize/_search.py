@@ -280,37 +280,6 @@ def minimize(objective: Callable, network: Network, space: Space, *, exact: Call
                   restarts=[run[0] for run in runs])
 
 
-def round_to_allowed(result: Result, network: Network, space: Space, exact: Callable, *,
-                     budget: float | None = None) -> Result:
-    """Snap knobs that list ``allowed`` values to the nearest one (in the capacity-linear quantity),
-    stepping down to cheaper values while over budget, and re-evaluate with ``exact``."""
-    values = {g: p["value"] for g, p in result.parameters.items()}
-    a, b = space.cost_line()
-
-    def cost(vals):
-        return a + float(np.dot(b, space.positions(vals)))
-
-    for k in space.knobs:
-        if k.allowed:
-            target = space.positions(values)[space.knobs.index(k)]
-            options = sorted(k.allowed, key=lambda v: abs(space.positions({**values, k.group: v})
-                                                          [space.knobs.index(k)] - target))
-            values[k.group] = options[0]
-    for k in space.knobs:
-        while k.allowed and budget is not None and cost(values) > budget * (1 + 1e-12):
-            cheaper = [v for v in k.allowed if cost({**values, k.group: v}) < cost(values)]
-            if not cheaper:
-                break
-            values[k.group] = min(cheaper, key=lambda v: abs(cost({**values, k.group: v}) - cost(values)))
-    if budget is not None and cost(values) > budget * (1 + 1e-12):
-        raise ValueError(f"rounding: no allowed values fit the budget {budget:.6g} (best {cost(values):.6g})")
-    z = jnp.asarray(space.positions(values))
-    net = space.network(network, z)
-    final = float(exact(net, result.logits))
-    params = {g: {"value": float(v), "unit": space.info.groups[g].unit} for g, v in values.items()}
-    return dataclasses.replace(result, optimized=final, parameters=params, cost=cost(values), network=net)
-
-
 def _best_of(candidates: np.ndarray, exact: Callable, network: Network, space: Space, budget, logits, who: str):
     a, b = space.cost_line()
     best, best_z, evals = np.inf, None, 0
