@@ -153,8 +153,9 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
               "optimized_breakdown_s": _floats(after.steps[after.critical()].breakdown)}
     front = None
     if pareto:
-        budgets = optimize.budget_range(space, pareto)
-        _say(quiet)(f"pareto front over {pareto} budgets, {budgets[0]:.6g} to {budgets[-1]:.6g}")
+        extra = [c for c in (result["baseline_cost"], o.budget) if c is not None]
+        budgets = np.unique(np.concatenate([optimize.budget_range(space, pareto), extra]))
+        _say(quiet)(f"pareto front over {len(budgets)} budgets, {budgets[0]:.6g} to {budgets[-1]:.6g}")
         points = optimize.pareto(res, model.network, space, exact, budgets)
         front = {"scenario": scenario.name, "units": UNITS,
                  "points": [{"budget": float(bud), "cost": p.result.cost, "step_time_s": p.result.optimized,
@@ -331,9 +332,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="override one key of the file, e.g. workloads.training[0].global_batch=128 "
                             "(repeatable; same units and checks as the file)")
         if name == "optimize":
-            p.add_argument("--pareto", type=int, nargs="?", const=9, default=None, metavar="N",
-                           help="also write the cost / step-time front: a refined optimum at N budgets (default 9) "
-                                "from the knobs' cheapest to their dearest setting")
+            p.add_argument("--pareto", type=int, nargs="?", const=17, default=None, metavar="N",
+                           help="also write the cost / step-time front: a refined optimum at N budgets (default 17) "
+                                "from the knobs' cheapest to their dearest setting, and at the baseline's cost "
+                                "and the budget")
         p.add_argument("--quiet", action="store_true", help="print nothing but errors")
         p.add_argument("--verbose", action="store_true", help="also show JAX/XLA log messages")
     sub.add_parser("reference", help="print the scenario file reference (docs/config.md)")

@@ -151,6 +151,7 @@ def pareto_front(points: list[dict], path: str, *, chosen: tuple[float, float] |
         ax.plot(*chosen, marker="*", markersize=12, linestyle="none", color="#d62728", label="at the budget")
     if baseline is not None:
         ax.plot(*baseline, marker="s", linestyle="none", color="black", label="baseline")
+    ax.xaxis.set_major_formatter(plt.matplotlib.ticker.EngFormatter())
     ax.set_xlabel("cost")
     ax.set_ylabel("step time (s)")
     ax.grid(alpha=0.3)

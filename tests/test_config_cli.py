@@ -215,6 +215,10 @@ def test_cli_optimize(tmp_path):
     assert result["optimized_step_time_s"] <= result["baseline_step_time_s"] * (1 + 1e-9)
     assert result["optimized_cost"] <= data["optimize"]["budget"] * (1 + 1e-9) and result["budget"] == 100000
     assert result["baseline_cost"] == pytest.approx(75200.0)  # 4:1 spines and the 800 Gbps x 30 km link
+    # every rounding of the spine ratios, the long-haul link refined on the exact model: the whole budget
+    assert result["optimality_check"]["passed"] and result["roundings"] == 16
+    assert result["optimized_cost"] == pytest.approx(100000.0, rel=1e-9)
+    assert result["optimized_step_time_s"] <= result["searched_step_time_s"] * (1 + 1e-12)
     assert result["parameters"]["b0/spine_up"]["unit"] == "ratio"
     assert result["parameters"]["b0/spine_up"]["value"] in (1, 2, 4, 8)
     assert len(result["history"]) == 15

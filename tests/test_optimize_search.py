@@ -120,11 +120,52 @@ def test_rounding_snaps_to_allowed_values_within_budget():
     budget = a + 0.5 * b.sum()
     exact = lambda n, lg: float(time(n, lg))  # noqa: E731
     res = opt.minimize(lambda n, lg: time(n, lg, 64.0), net, space, exact=exact, budget=budget, steps=30)
-    rounded = opt.round_to_allowed(res, net, space, exact, budget=budget)
+    done = opt.finish(res, net, space, exact, budget=budget)
+    rounded = done.result
     for p in rounded.parameters.values():
         assert p["value"] in (10e9, 50e9, 100e9, 200e9)
     assert rounded.cost <= budget * (1 + 1e-12)
     assert rounded.optimized == pytest.approx(exact(rounded.network, {}), rel=1e-12)
+    assert done.roundings == 16  # few discrete knobs: every combination of allowed values is tried
+    best = min(exact(fb.apply_groups(net, info, {"long_haul/a-b": x, "long_haul/b-c": y}), {})
+               for x in (10e9, 50e9, 100e9, 200e9) for y in (10e9, 50e9, 100e9, 200e9)
+               if space.cost_at({"long_haul/a-b": x, "long_haul/b-c": y}) <= budget * (1 + 1e-12))
+    assert rounded.optimized == pytest.approx(best, rel=1e-12)
+
+
+def test_refinement_reaches_the_known_optimum_and_certifies_it():
+    # the ring crosses both links with the same bytes: the optimum equalises them and spends the budget
+    net, info, space, time = _line()
+    a, b = space.cost_line()
+    budget = a + 0.15 * b.sum()  # 38.5 GB/s each: below the 50 GB/s NICs, the links stay the bottleneck
+    exact = lambda n, lg: float(time(n, lg))  # noqa: E731
+    price = space.cost_at({"long_haul/a-b": 1.0, "long_haul/b-c": 1.0})  # cost of 1 byte/s on both
+    best = budget / price
+    res = opt.minimize(lambda n, lg: time(n, lg, 16.0), net, space, exact=exact, budget=budget, steps=10)
+    done = opt.finish(res, net, space, exact, budget=budget)
+    values = [p["value"] for p in done.result.parameters.values()]
+    assert values == pytest.approx([best, best], rel=2e-3)
+    assert done.result.cost == pytest.approx(budget, rel=1e-9)
+    at_best = exact(fb.apply_groups(net, info, {"long_haul/a-b": best, "long_haul/b-c": best}), {})
+    assert done.result.optimized == pytest.approx(at_best, rel=2e-3)
+    assert done.check.passed and done.check.moves > 0 and done.check.best_gain <= 1e-3
+    # away from the optimum the same check fails, naming the move that helps
+    z = space.positions({"long_haul/a-b": 0.5 * best, "long_haul/b-c": best})
+    check = opt.optimality_check(lambda z: exact(space.network(net, jnp.asarray(z)), {}), z, space, budget=budget)
+    assert not check.passed and "long_haul/a-b up" in check.best_move
+
+
+def test_pareto_front_is_monotone_and_every_point_certified():
+    net, info, space, time = _line()
+    exact = lambda n, lg: float(time(n, lg))  # noqa: E731
+    budgets = opt.budget_range(space, 5)
+    res = opt.minimize(lambda n, lg: time(n, lg, 16.0), net, space, exact=exact, budget=float(budgets[2]), steps=5)
+    points = opt.pareto(res, net, space, exact, budgets)
+    costs = [p.result.cost for p in points]
+    times = [p.result.optimized for p in points]
+    assert all(c <= bud * (1 + 1e-12) for c, bud in zip(costs, budgets))
+    assert all(t1 <= t0 * (1 + 1e-12) for t0, t1 in zip(times, times[1:]))
+    assert all(p.check.passed for p in points)
 
 
 def test_budget_projection_is_exact():

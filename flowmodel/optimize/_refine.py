@@ -25,7 +25,7 @@ import numpy as np
 
 from ._search import Result, Space, project_budget
 
-STEPS = (1 / 8, 1 / 32, 1 / 128)  # move sizes, in knob positions (a knob's box is [0, 1])
+STEPS = tuple(4.0**-i for i in range(1, 7))  # move sizes 1/4 .. 1/4096, in knob positions (a box is [0, 1])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,19 +118,17 @@ def refine(f: Callable[[np.ndarray], float], z0, space: Space, *, budget: float 
     b, slack, free, names = _setting(space, budget, fixed)
     z = np.asarray(z0, np.float64)
     value = counted(z)
-    improved = True
-    while improved and counted.count < max_evaluations:
-        improved = False
-        for step in steps:  # the largest move that improves, first found (opportunistic polling)
-            for _, w in _moves(z, b, slack, free, step, names):
-                v = counted(w)
-                if v < value * (1 - 1e-9):
-                    z, value, improved = w, v, True
-                    break
-                if counted.count >= max_evaluations:
-                    break
-            if improved or counted.count >= max_evaluations:
+    size = 0  # index into steps: keep a move size while it improves, then shrink it
+    while size < len(steps) and counted.count < max_evaluations:
+        for _, w in _moves(z, b, slack, free, steps[size], names):  # opportunistic: the first improving move
+            v = counted(w)
+            if v < value * (1 - 1e-12):
+                z, value = w, v
                 break
+            if counted.count >= max_evaluations:
+                break
+        else:
+            size += 1
     check = optimality_check(counted, z, space, budget=budget, fixed=fixed, tolerance=tolerance, steps=steps,
                              value=value)
     return z, value, check, counted.count
