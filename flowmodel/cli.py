@@ -6,7 +6,9 @@ function (``Model.fleet``): ``run`` at the scenario's own network, ``optimize`` 
 
 
 ``run`` writes ``DIR/result.json`` with ``step_time_s`` (the slowest training job's step), its
-``breakdown`` (seconds), every job's figures and the KV transfer time of every inference service.
+``breakdown`` (seconds), every job's figures and the KV transfer time of every inference service;
+with a ``reliability`` section also ``time_to_train_days``, ``effective_training_time``,
+``interruptions_per_day``, ``checkpoint_interval_s`` and the rest of ``reliability.report``.
 ``optimize`` writes ``baseline_step_time_s``, ``optimized_step_time_s``, ``parameters`` (name ->
 value and unit), ``history`` and ``DIR/loss.png`` and ``DIR/breakdown.png``. ``sweep`` writes
 ``DIR/sweep.csv``, ``DIR/sweep.json`` and ``DIR/sweep.png``. ``failures`` writes every job's healthy,
@@ -80,12 +82,20 @@ def cmd_run(scenario, out: str, quiet: bool) -> dict:
     if not quiet:
         print("[compile and evaluate]", flush=True)
     result = fleet_result(model, model.evaluate())
+    lines = []
+    if scenario.reliability is not None:  # time to train under failures, checkpoints and restarts
+        from . import reliability
+
+        figures, lines = reliability.report(model)
+        result.update(figures)
     result["seconds"] = time.perf_counter() - t0
     if not quiet:
         for name, job in result["jobs"].items():
             _table(list(job["breakdown"].items()), f"{name}: step time {job['step_time_s']:.4f} s", quiet)
         for name, seconds in result["kv_transfer_s"].items():
             print(f"\n{name}: KV transfer of one request {seconds * 1e3:.2f} ms")
+        if lines:
+            print("\n" + "\n".join(lines))
     write_json(os.path.join(out, "result.json"), result)
     return result
 

@@ -42,7 +42,7 @@ from . import _units
 from .fabric import Clos, Fleet, LongHaul, ScaleUp, Site, full_mesh, ring
 from .optimize import CostModel, Knob
 from .scenario import FailureSet, Routing, Scenario, Search, SweepGrid
-from .steptime import Congestion, Options
+from .steptime import CABLES, SWITCHES, Component, Congestion, Options, Reliability
 from .traffic import Background, Inference, Model, Parallelism, Training, llama3_405b
 
 
@@ -78,7 +78,7 @@ PARALLELISM = {"tp": ("int", 1), "pp": ("int", 1), "dp": ("int", 1), "cp": ("int
 TRAINING = {"name": ("str", REQUIRED), "model": ("model", REQUIRED), "parallelism": (PARALLELISM, REQUIRED),
             "global_batch": ("int", REQUIRED), "micro_batch": ("int", 1), "efficiency": ("float", 0.5),
             "peak_flops": ("float", 989e12), "grad_bytes": ("int", 2), "algorithm": ("str", "ring"),
-            "first_rank": ("int", 0)}
+            "first_rank": ("int", 0), "tokens": ("float", None), "steps": ("int", None)}
 INSTANCES = {"first_rank": ("int", REQUIRED), "instances": ("int", 1), "tp": ("int", 8)}
 INFERENCE = {"name": ("str", REQUIRED), "model": ("model", REQUIRED), "prefill": (INSTANCES, REQUIRED),
              "decode": (INSTANCES, REQUIRED), "requests_per_s": ("float", REQUIRED),
@@ -98,9 +98,18 @@ OPTIMIZE = {"knobs": ([KNOB], REQUIRED), "cost": (COST, {}), "budget": ("float",
 SWEEP = {"grid": ("grid", REQUIRED), "chunk": ("int", None)}
 FAILURES = {"tiers": ("strs", None), "switch_kinds": ("strs", None), "sites": ("bool", False),
             "fraction": ("float", None), "probability": ("float", 0.01), "healthy_weight": ("float", 1.0)}
+COMPONENT = {"rate_per_day": ("float", 0.0), "repair": ("time", 0.0)}
+RELIABILITY = {"gpu": (COMPONENT, None), "host": (COMPONENT, None), "nic": (COMPONENT, None),
+               "site_power": (COMPONENT, None), "switches": ({k: (COMPONENT, None) for k in SWITCHES}, None),
+               "cables": ({k: (COMPONENT, None) for k in CABLES}, None), "gpus_per_host": ("int", 8),
+               "checkpoint": ({"bytes_per_parameter": ("float", 14.0), "size": ("size", None),
+                               "interval": ("time", None)}, {}),
+               "storage": ({"bandwidth": ("bandwidth", 100e9), "capacity": ("size", None)}, {}),
+               "restart": ({"detection": ("time", 0.0), "rescheduling": ("time", 0.0)}, {}),
+               "monte_carlo": ({"runs": ("int", 1000), "seed": ("int", 0), "weibull_shape": ("float", 1.0)}, {})}
 SCENARIO = {"name": ("str", "scenario"), "fabric": (FABRIC, REQUIRED), "workloads": (WORKLOADS, REQUIRED),
             "model": (OPTIONS, {}), "optimize": (OPTIMIZE, None), "sweep": (SWEEP, None),
-            "failures": (FAILURES, None)}
+            "failures": (FAILURES, None), "reliability": (RELIABILITY, None)}
 
 MODEL_PRESETS = {"llama3-405b": llama3_405b}
 
@@ -315,7 +324,28 @@ def parse(data: Any) -> Scenario:
     failures = None if fl is None else _make(FailureSet, dict(fl), "failures")
     return _make(Scenario, dict(name=raw["name"], fleet=fleet, routing=routing, training=tuple(training),
                                 inference=tuple(inference), background=tuple(background), options=model_options,
-                                optimize=search, sweep=sweep, failures=failures), "")
+                                optimize=search, sweep=sweep, failures=failures,
+                                reliability=_reliability(raw["reliability"])), "")
+
+
+def _reliability(r: dict | None) -> Reliability | None:
+    if r is None:
+        return None
+
+    def component(c: dict | None) -> Component:
+        return Component() if c is None else Component(**c)
+
+    def by_name(section: dict | None) -> tuple:
+        return tuple((k, component(c)) for k, c in (section or {}).items() if c is not None)
+
+    ck, st, rs, mc = r["checkpoint"], r["storage"], r["restart"], r["monte_carlo"]
+    return _make(Reliability, dict(
+        gpu=component(r["gpu"]), host=component(r["host"]), nic=component(r["nic"]),
+        site_power=component(r["site_power"]), switches=by_name(r["switches"]), cables=by_name(r["cables"]),
+        gpus_per_host=r["gpus_per_host"], bytes_per_parameter=ck["bytes_per_parameter"], checkpoint_size=ck["size"],
+        interval=ck["interval"], storage_bandwidth=st["bandwidth"], storage_capacity=st["capacity"],
+        detection=rs["detection"], rescheduling=rs["rescheduling"], weibull_shape=mc["weibull_shape"],
+        runs=mc["runs"], seed=mc["seed"]), "reliability")
 
 
 def load(path: str) -> Scenario:

@@ -2,9 +2,9 @@
 
 A :class:`Scenario` is typed: a fleet, a :class:`Routing` section, the workloads (training jobs,
 inference services, background classes), the model :class:`~flowmodel.steptime.Options`, and the
-optional ``optimize`` (:class:`Search`), ``sweep`` (:class:`SweepGrid`) and ``failures``
-(:class:`FailureSet`) sections. ``config.load`` reads one from YAML; Python code builds one
-directly. ``prepare(scenario)`` turns it into a :class:`Model`: the compiled network, fabric info,
+optional ``optimize`` (:class:`Search`), ``sweep`` (:class:`SweepGrid`), ``failures``
+(:class:`FailureSet`) and ``reliability`` (:class:`~flowmodel.steptime.Reliability`) sections.
+``config.load`` reads one from YAML; Python code builds one directly. ``prepare(scenario)`` turns it into a :class:`Model`: the compiled network, fabric info,
 router, the routed plan of every job, the constant load of inference and background classes, and
 the routed KV transfer of every inference service. Every command (``run``, ``optimize``, ``sweep``,
 ``failures``), the optimizer's objective, sweeps, failure analysis and the experiments evaluate a
@@ -38,6 +38,7 @@ from .steptime import (
     EXACT,
     FleetResult,
     Options,
+    Reliability,
     RoutedPhase,
     TrainingPlan,
     check_workloads,
@@ -163,12 +164,15 @@ class Scenario:
     optimize: Search | None = None
     sweep: SweepGrid | None = None
     failures: FailureSet | None = None
+    reliability: Reliability | None = None
 
     def __post_init__(self):
         for key in ("training", "inference", "background"):
             object.__setattr__(self, key, tuple(getattr(self, key)))
         if not self.training and not self.inference:
             raise ValueError("workloads: needs at least one training job or inference service")
+        if self.reliability is not None and all(job.training_steps is None for job in self.training):
+            raise ValueError("workloads.training: the reliability section needs a training job with tokens or steps")
 
 
 class Model:

@@ -43,3 +43,12 @@ from ._training import plan_training as plan_training
 from ._training import routed_phases as routed_phases
 from ._training import step_bytes as step_bytes
 from ._training import step_time as step_time
+from ._reliability import CABLES as CABLES
+from ._reliability import SWITCHES as SWITCHES
+from ._reliability import Component as Component
+from ._reliability import Reliability as Reliability
+from ._reliability import expected_wall_time as expected_wall_time
+from ._reliability import mean_step_time as mean_step_time
+from ._reliability import optimal_interval as optimal_interval
+from ._reliability import simulate as simulate
+from ._reliability import young_daly as young_daly

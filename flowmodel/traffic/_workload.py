@@ -151,6 +151,7 @@ class Training:
       grad_bytes: bytes per gradient element in the DP reduction.
       ranks: the job's GPU ranks (default: 0 .. size-1).
       algorithm: all-reduce algorithm of the DP gradient reduction.
+      tokens, steps: how much to train (either, for the time to train; ``training_steps``).
     """
 
     model: Model
@@ -163,9 +164,18 @@ class Training:
     ranks: tuple[int, ...] | None = None
     algorithm: str = "ring"
     name: str = "training"
+    tokens: float | None = None
+    steps: int | None = None
 
     def __post_init__(self):
         _int("training.global_batch", self.global_batch)
+        if self.tokens is not None:
+            _pos("training.tokens", self.tokens)
+        if self.steps is not None:
+            _int("training.steps", self.steps)
+            if self.tokens is not None:
+                raise ValueError(f"training.steps: give tokens or steps, not both (got {self.tokens!r} tokens "
+                                 f"and {self.steps!r} steps)")
         _int("training.micro_batch", self.micro_batch)
         _pos("training.peak_flops", self.peak_flops)
         if not 0 < self.efficiency <= 1:
@@ -188,6 +198,13 @@ class Training:
             object.__setattr__(self, "ranks", tuple(int(r) for r in self.ranks))
             if len(set(self.ranks)) != len(self.ranks):
                 raise ValueError("training.ranks: a GPU rank is listed twice")
+
+    @property
+    def training_steps(self) -> int | None:
+        """Steps to train: ``steps``, or ``tokens`` over the tokens of one step (rounded up)."""
+        if self.tokens is None:
+            return self.steps
+        return math.ceil(self.tokens / (self.global_batch * self.model.seq_len))
 
     @property
     def micro_batches(self) -> int:
