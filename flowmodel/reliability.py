@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .fabric import Kind, Network, Tier
+from .fabric import Network, Tier
 from .kernels import completion_times
 from .resilience import Failure, carry_groups, failed
 from .scenario import Model
@@ -220,8 +220,9 @@ def plan(model: Model) -> dict[str, JobReliability]:
                 per_site[site] = per_site.get(site, 0) + 1
             site, gpus = max(per_site.items(), key=lambda kv: kv[1])
             if gpus * storage.shard > section.storage_capacity:
-                raise ValueError(f"reliability.storage.capacity: {job.name}'s checkpoint puts {gpus * storage.shard:.4g}"
-                                 f" bytes on site {site}'s storage, more than its {section.storage_capacity:.4g}")
+                raise ValueError(f"reliability.storage.capacity: {job.name}'s checkpoint puts "
+                                 f"{gpus * storage.shard:.4g} bytes on site {site}'s storage, more than its "
+                                 f"{section.storage_capacity:.4g}")
         out[job.name] = JobReliability(p, job.training_steps, size, _exposures(model, p, section), storage)
     if not out:
         raise ValueError("workloads.training: the reliability section needs a training job with tokens or steps")

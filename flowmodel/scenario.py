@@ -4,11 +4,12 @@ A :class:`Scenario` is typed: a fleet, a :class:`Routing` section, the workloads
 inference services, background classes), the model :class:`~flowmodel.steptime.Options`, and the
 optional ``optimize`` (:class:`Search`), ``sweep`` (:class:`SweepGrid`), ``failures``
 (:class:`FailureSet`) and ``reliability`` (:class:`~flowmodel.steptime.Reliability`) sections.
-``config.load`` reads one from YAML; Python code builds one directly. ``prepare(scenario)`` turns it into a :class:`Model`: the compiled network, fabric info,
-router, the routed plan of every job, the constant load of inference and background classes, and
-the routed KV transfer of every inference service. Every command (``run``, ``optimize``, ``sweep``,
-``failures``), the optimizer's objective, sweeps, failure analysis and the experiments evaluate a
-scenario through ``Model.fleet`` / ``Model.step_time``: one function of (prepared model, network).
+``config.load`` reads one from YAML; Python code builds one directly. ``prepare(scenario)`` turns
+it into a :class:`Model`: the compiled network, fabric info, router, the routed plan of every job,
+the constant load of inference and background classes, and the routed KV transfer of every
+inference service. Every command (``run``, ``optimize``, ``sweep``, ``failures``), the optimizer's
+objective, sweeps, failure analysis and the experiments evaluate a scenario through
+``Model.fleet`` / ``Model.step_time``: one function of (prepared model, network).
 
 >>> import jax; jax.config.update("jax_enable_x64", True)
 >>> from flowmodel import fabric as fb, scenario as sc, traffic as tr

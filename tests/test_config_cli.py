@@ -237,7 +237,8 @@ def test_cli_sweep(tmp_path):
     assert cli.main(["sweep", str(path), "--out", str(tmp_path / "bad"), "--quiet"]) == 2
 
 
-SHIPPED = ["quickstart", "llama3_24k", "multi_building_129k", "dsf_vs_ecmp", "mixed_workloads", "gw_regional_ring"]
+SHIPPED = ["quickstart", "llama3_24k", "multi_building_129k", "dsf_vs_ecmp", "mixed_workloads", "gw_regional_ring",
+           "time_to_train"]
 
 
 @pytest.mark.parametrize("name", SHIPPED)

@@ -123,6 +123,8 @@ WALK = {
         "grad_bytes": ({}, 2, 4, "step"),
         "algorithm": ({}, "ring", "tree", "step"),
         "first_rank": ({f"{BG}.src": [0, 1, 2, 3]}, 32, 0, "step"),
+        "tokens": "how much to train: used by the reliability section (tests/test_reliability.py)",
+        "steps": "how much to train: used by the reliability section (tests/test_reliability.py)",
     },
     PAR: {
         "tp": ({}, KEEP, 4, "step"),
