@@ -102,8 +102,9 @@ def main() -> None:
     write_bytes(os.path.join(args.out, "sizes.csv"), buffer.getvalue().encode())
     write_json(os.path.join(args.out, "result.json"), {
         "shipped": shipped, "step_time_s": args.step_time, "rate_per_gpu_day": RATE_PER_GPU_DAY, "sizes": sizes,
-        "storage_bandwidth_Bps": list(BANDWIDTHS), "effective_vs_bandwidth": {str(n): v for n, v in by_bandwidth.items()},
-        "restart_s": list(RESTARTS), "effective_vs_restart": {str(n): v for n, v in by_restart.items()}})
+        "storage_bandwidth_Bps": list(BANDWIDTHS),
+        "effective_vs_bandwidth": {str(n): v for n, v in by_bandwidth.items()}, "restart_s": list(RESTARTS),
+        "effective_vs_restart": {str(n): v for n, v in by_restart.items()}})
 
     plt = new_figure()
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4), sharey=True)

@@ -250,7 +250,7 @@ def test_shipped_configs_load_and_say_what_they_reproduce(name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["dsf_vs_ecmp", "mixed_workloads", "gw_regional_ring"])
+@pytest.mark.parametrize("name", ["dsf_vs_ecmp", "mixed_workloads", "gw_regional_ring", "time_to_train"])
 def test_shipped_configs_run(name, tmp_path):
     path = os.path.join(HERE, "..", "configs", f"{name}.yaml")
     assert cli.main(["run", path, "--out", str(tmp_path), "--quiet"]) == 0
