@@ -103,7 +103,7 @@ RELIABILITY = {"gpu": (COMPONENT, None), "host": (COMPONENT, None), "nic": (COMP
                "site_power": (COMPONENT, None), "switches": ({k: (COMPONENT, None) for k in SWITCHES}, None),
                "cables": ({k: (COMPONENT, None) for k in CABLES}, None), "gpus_per_host": ("int", 8),
                "checkpoint": ({"bytes_per_parameter": ("float", 14.0), "size": ("size", None),
-                               "interval": ("time", None)}, {}),
+                               "interval": ("time", None), "mode": ("str", "pause"), "snapshot": ("time", 0.0)}, {}),
                "storage": ({"bandwidth": ("bandwidth", 100e9), "capacity": ("size", None)}, {}),
                "restart": ({"detection": ("time", 0.0), "rescheduling": ("time", 0.0)}, {}),
                "monte_carlo": ({"runs": ("int", 1000), "seed": ("int", 0), "weibull_shape": ("float", 1.0)}, {})}
@@ -343,7 +343,8 @@ def _reliability(r: dict | None) -> Reliability | None:
         gpu=component(r["gpu"]), host=component(r["host"]), nic=component(r["nic"]),
         site_power=component(r["site_power"]), switches=by_name(r["switches"]), cables=by_name(r["cables"]),
         gpus_per_host=r["gpus_per_host"], bytes_per_parameter=ck["bytes_per_parameter"], checkpoint_size=ck["size"],
-        interval=ck["interval"], storage_bandwidth=st["bandwidth"], storage_capacity=st["capacity"],
+        checkpoint_mode=ck["mode"], snapshot=ck["snapshot"], interval=ck["interval"],
+        storage_bandwidth=st["bandwidth"], storage_capacity=st["capacity"],
         detection=rs["detection"], rescheduling=rs["rescheduling"], weibull_shape=mc["weibull_shape"],
         runs=mc["runs"], seed=mc["seed"]), "reliability")
 

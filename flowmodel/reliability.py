@@ -19,7 +19,9 @@ against each training job that says how much to train (``tokens`` or ``steps``),
   up-link per level, spread over the GPUs in mixed radix so that every up-link carries the same
   number of shards) and into its site's storage; the restart reads the same shards back down. Both
   are timed by the fluid model (``completion_times``) on the network's capacities with the storage
-  links appended, so they are differentiable in the network and in the storage bandwidth.
+  links appended, so they are differentiable in the network and in the storage bandwidth. With
+  ``checkpoint_mode: overlap`` the job pauses only for a ``snapshot`` to host memory and the write
+  runs alongside it (see ``time_to_train``).
 - **Time to train.** ``time_to_train`` combines them in the renewal-reward model of
   ``flowmodel.steptime`` (``expected_wall_time``): healthy and degraded step time, checkpoint pauses,
   lost work and restarts (detection + rescheduling + the checkpoint's read, + the site's repair after a
@@ -38,13 +40,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from .fabric import Network, Tier
-from .kernels import completion_times
+from .kernels import completion_times, link_bytes
 from .resilience import Failure, carry_groups, failed
 from .scenario import Model
 from .steptime import (
     Options,
     Reliability,
     TrainingPlan,
+    evaluate_fleet,
     expected_wall_time,
     mean_step_time,
     optimal_interval,
@@ -146,17 +149,20 @@ def _storage_traffic(model: Model, ranks: np.ndarray, shard: float) -> StorageTr
     return StorageTraffic(write, read, shard, len(sites))
 
 
-def checkpoint_times(job: JobReliability, model: Model, network: Network | None = None, storage_bandwidth=None):
+def checkpoint_times(job: JobReliability, model: Model, network: Network | None = None, storage_bandwidth=None,
+                     *, busy=None):
     """(write, read) seconds of the job's checkpoint on ``network`` (the fluid model; differentiable
-    in the network's capacities and in ``storage_bandwidth``, default the section's)."""
+    in the network's capacities and in ``storage_bandwidth``, default the section's). ``busy``:
+    float[L] bytes/s the running job keeps on the links during the write (the read is in a pause)."""
     network = model.network if network is None else network
     bandwidth = _section(model).storage_bandwidth if storage_bandwidth is None else storage_bandwidth
     free = residual_capacity(network.capacity, model.fixed_load, model.info)  # inference, background go on
     S = job.storage.num_sites
-    capacity = jnp.concatenate([free, jnp.broadcast_to(jnp.asarray(bandwidth, free.dtype), (2 * S,))])
+    storage = jnp.broadcast_to(jnp.asarray(bandwidth, free.dtype), (2 * S,))
     sizes = jnp.full(job.storage.write.shape[0], job.storage.shard, free.dtype)
-    return (jnp.max(completion_times(job.storage.write, sizes, capacity)),
-            jnp.max(completion_times(job.storage.read, sizes, capacity)))
+    shared = free if busy is None else jnp.maximum(free - busy, 0.01 * free)  # a link the job fills still drains
+    return (jnp.max(completion_times(job.storage.write, sizes, jnp.concatenate([shared, storage]))),
+            jnp.max(completion_times(job.storage.read, sizes, jnp.concatenate([free, storage]))))
 
 
 def _heaviest(elements: dict, load: np.ndarray) -> str:
@@ -236,9 +242,16 @@ def time_to_train(job: JobReliability, model: Model, network: Network | None = N
     ``interval`` (seconds of work between checkpoints) defaults to the section's, or the exact optimum.
     Every value is a JAX scalar, differentiable in the network, ``interval`` and ``storage_bandwidth``.
     Keys: ``expected_s``, ``healthy_s`` (the steps at the healthy step time), ``effective`` (their
-    ratio), ``interval_s``, ``young_daly_s``, ``optimal_interval_s``, ``checkpoint_s``, ``read_s``,
-    ``restart_s`` (the mean over interruption kinds), ``healthy_step_s``, ``mean_step_s``,
+    ratio), ``interval_s``, ``young_daly_s``, ``optimal_interval_s``, ``checkpoint_s`` (the write),
+    ``pause_s`` (what a checkpoint stops the job for), ``read_s``, ``restart_s`` (the mean over
+    interruption kinds), ``restart_base_s`` (before any repair), ``healthy_step_s``, ``mean_step_s``,
     ``interruptions_per_day``.
+
+    With ``checkpoint_mode: overlap`` the job and the write see each other's average load (mean-field,
+    one pass): the write runs on the capacity the job's average load leaves, the job's step carries
+    the checkpoint's bytes spread over the interval, the interval is never shorter than the write (writes
+    do not pile up), and an interruption costs one write more (the newest checkpoint may not be durable
+    yet: an upper bound on the loss).
     """
     section = _section(model)
     network = model.network if network is None else network
@@ -252,30 +265,42 @@ def time_to_train(job: JobReliability, model: Model, network: Network | None = N
         d = job.degrading
         mean = mean_step_time(healthy, jnp.stack(degraded), [e.count for e in d], [e.rate_per_day for e in d],
                               [e.repair for e in d])
-    write, read = checkpoint_times(job, model, network, storage_bandwidth)
-    work = job.steps * mean
+    overlap = section.checkpoint_mode == "overlap"
+    L = network.num_links
+    busy = step_bytes(job.plan, L) / healthy if overlap else None
+    write, read = checkpoint_times(job, model, network, storage_bandwidth, busy=busy)
+    pause = section.snapshot if overlap else write
     rate = job.rate
-    restart_base = section.detection + section.rescheduling + read
+    restart_base = section.detection + section.rescheduling + read + (write if overlap else 0.0)
+    asked = section.interval if interval is None else interval
     if rate > 0:
         shares = np.array([e.count * e.rate_per_day for e in job.interrupting]) / (rate * DAY)
         restarts = jnp.stack([restart_base + e.restart_extra for e in job.interrupting])
-        best = optimal_interval(write, rate)
-        tau = best if (interval is None and section.interval is None) else (
-            section.interval if interval is None else interval)
-        expected = expected_wall_time(work, tau, write, rate, restart=restarts, shares=shares)
-        yd = young_daly(write, rate)
+        best = optimal_interval(pause, rate)
+        yd = young_daly(pause, rate)
         restart = jnp.sum(shares * restarts)
     else:  # nothing interrupts it: no checkpoint is needed, unless an interval is asked for
-        tau = jnp.inf if (interval is None and section.interval is None) else (
-            section.interval if interval is None else interval)
-        expected = work * (1.0 + write / tau)
         best = yd = jnp.inf
         restart = restart_base
+    tau = best if asked is None else asked
+    if overlap:
+        tau = jnp.maximum(tau, write)
+        on_links = link_bytes(job.storage.write, jnp.full(job.storage.write.shape[0], job.storage.shard),
+                              L + 2 * job.storage.num_sites)[:L]
+        loaded = evaluate_fleet(list(model.plans), network, options, fixed_load=model.fixed_load + on_links / tau,
+                                transfers=model.transfers, info=model.info).steps[name].step_time
+        mean = mean + (loaded - healthy)
+    work = job.steps * mean
+    if rate > 0:
+        expected = expected_wall_time(work, tau, pause, rate, restart=restarts, shares=shares)
+    else:
+        expected = work * (1.0 + pause / tau)
     healthy_s = job.steps * healthy
     return {"expected_s": expected, "healthy_s": healthy_s, "effective": healthy_s / expected,
             "interval_s": jnp.asarray(tau), "young_daly_s": jnp.asarray(yd), "optimal_interval_s": jnp.asarray(best),
-            "checkpoint_s": write, "read_s": read, "restart_s": restart, "healthy_step_s": healthy,
-            "mean_step_s": mean, "interruptions_per_day": jnp.asarray(rate * DAY)}
+            "checkpoint_s": write, "pause_s": jnp.asarray(pause), "read_s": read, "restart_s": restart,
+            "restart_base_s": jnp.asarray(restart_base), "healthy_step_s": healthy, "mean_step_s": mean,
+            "interruptions_per_day": jnp.asarray(rate * DAY)}
 
 
 def monte_carlo(job: JobReliability, model: Model, figures: dict) -> np.ndarray:
@@ -286,8 +311,8 @@ def monte_carlo(job: JobReliability, model: Model, figures: dict) -> np.ndarray:
     if rate == 0:
         return np.full(section.runs, float(figures["expected_s"]))
     shares = np.array([e.count * e.rate_per_day for e in job.interrupting]) / (rate * DAY)
-    base = section.detection + section.rescheduling + float(figures["read_s"])
-    return simulate(work, float(figures["interval_s"]), float(figures["checkpoint_s"]), rate,
+    base = float(figures["restart_base_s"])
+    return simulate(work, float(figures["interval_s"]), float(figures["pause_s"]), rate,
                     restart=[base + e.restart_extra for e in job.interrupting], shares=shares, runs=section.runs,
                     seed=section.seed, weibull_shape=section.weibull_shape)
 
@@ -308,7 +333,7 @@ def report(model: Model) -> tuple[dict, list[str]]:
     result = {"time_to_train_days": f["expected_s"] / DAY, "effective_training_time": f["effective"],
               "interruptions_per_day": f["interruptions_per_day"], "checkpoint_interval_s": f["interval_s"],
               "young_daly_interval_s": f["young_daly_s"], "checkpoint_write_s": f["checkpoint_s"],
-              "checkpoint_read_s": f["read_s"], "restart_s": f["restart_s"],
+              "checkpoint_read_s": f["read_s"], "checkpoint_pause_s": f["pause_s"], "restart_s": f["restart_s"],
               "time_to_train_p50_days": f["mc_p50_s"] / DAY, "time_to_train_p90_days": f["mc_p90_s"] / DAY,
               "time_to_train": {n: {**figs, "steps": j.steps, "checkpoint_bytes": j.checkpoint_size,
                                     "exposures": {e.name: {"count": e.count, "rate_per_day": e.rate_per_day,
@@ -316,12 +341,14 @@ def report(model: Model) -> tuple[dict, list[str]]:
                                                   for e in j.exposures}}
                                 for n, (j, figs) in per_job.items()}}
     degrading = ", ".join(e.name for e in job.degrading) or "none"
+    mode = _section(model).checkpoint_mode
     lines = [f"{name}: {job.steps} steps, time to train {f['expected_s'] / DAY:.2f} days "
              f"(p50 {f['mc_p50_s'] / DAY:.2f}, p90 {f['mc_p90_s'] / DAY:.2f}; healthy {f['healthy_s'] / DAY:.2f}), "
              f"effective training time {f['effective']:.1%}",
              f"  {f['interruptions_per_day']:.2f} interruptions a day; checkpoint of {job.checkpoint_size:.3g} bytes "
              f"every {f['interval_s'] / 60:.1f} min (Young/Daly {f['young_daly_s'] / 60:.1f} min), "
-             f"write {f['checkpoint_s']:.1f} s, restart {f['restart_s']:.1f} s (read {f['read_s']:.1f} s)",
+             f"write {f['checkpoint_s']:.1f} s ({mode}: the job pauses {f['pause_s']:.1f} s), "
+             f"restart {f['restart_s']:.1f} s (read {f['read_s']:.1f} s)",
              f"  mean step {f['mean_step_s']:.4f} s vs healthy {f['healthy_step_s']:.4f} s (degraded by: {degrading})"]
     return result, lines
 

@@ -135,11 +135,12 @@ def test_exposures_interrupt_or_degrade_as_the_fabric_routes(tiny):
 
 def test_checkpoint_is_fabric_traffic_into_storage(tiny):
     model, job = tiny
-    write, read = (float(t) for t in jax.jit(lambda n: reliability.checkpoint_times(job, model, n))(model.network))
+    times = jax.jit(lambda n, bandwidth: reliability.checkpoint_times(job, model, n, bandwidth))
+    write, read = (float(t) for t in times(model.network, 10e9))
     # 16 GPUs per building write half the checkpoint into its 10 GB/s storage: the storage is the bottleneck
     assert write == pytest.approx(job.checkpoint_size / 2 / 10e9, rel=1e-9)
     assert read == pytest.approx(write, rel=1e-9)
-    fast = float(reliability.checkpoint_times(job, model, storage_bandwidth=1e15)[0])
+    fast = float(times(model.network, 1e15)[0])
     # then the NICs (50 GB/s each, 16 shards per building over 2 leaves' 2 x 8 NIC links) set the time
     assert fast == pytest.approx(job.checkpoint_size / 32 / 50e9, rel=1e-9)
 
@@ -167,6 +168,27 @@ def test_time_to_train_and_its_gradients(tiny):
         fd = (float(f(*up)[0][0]) - float(f(*down)[0][0])) / (2 * h)
         assert float(grad) == pytest.approx(fd, rel=1e-4), (i, float(grad), fd)
     assert float(grads[0]) > 0 and float(grads[2]) < 0  # thinner uplinks: later; faster storage: sooner
+
+
+def test_checkpoint_alongside_the_job_pauses_it_less():
+    data = copy.deepcopy(TINY)
+    del data["reliability"]["switches"]
+    data["reliability"]["storage"]["bandwidth"] = "200MB/s"  # a slow write: ~4.6 s
+    figures = {}
+    for mode in ("pause", "overlap"):
+        data["reliability"]["checkpoint"].update(mode=mode, snapshot="0.5s")
+        model = scenario.prepare(config.parse(data))
+        job = reliability.plan(model)["job"]
+        figures[mode] = {k: float(v) for k, v in
+                         jax.jit(lambda n, job=job, model=model: reliability.time_to_train(job, model, n))(
+                             model.network).items()}
+    pause, overlap = figures["pause"], figures["overlap"]
+    assert pause["pause_s"] == pause["checkpoint_s"] and overlap["pause_s"] == 0.5
+    assert overlap["checkpoint_s"] >= pause["checkpoint_s"] * (1 - 1e-12)  # it shares the fabric with the job
+    assert overlap["interval_s"] >= overlap["checkpoint_s"]
+    assert overlap["restart_base_s"] == pytest.approx(pause["restart_base_s"] + overlap["checkpoint_s"])
+    assert overlap["mean_step_s"] >= overlap["healthy_step_s"]
+    assert overlap["effective"] > pause["effective"]
 
 
 @pytest.mark.slow
@@ -216,6 +238,7 @@ def _set(data, path, value):
     ("reliability.checkpoint.interval", "0s", r"reliability\.checkpoint\.interval: must be > 0"),
     ("reliability.storage.bandwidth", "-1GB/s", r"reliability\.storage\.bandwidth: must be > 0"),
     ("reliability.cables.optics", {"rate_per_day": 1}, r"reliability\.cables\.optics: unknown key"),
+    ("reliability.checkpoint.mode", "async", r"reliability\.checkpoint\.mode: must be one of pause, overlap"),
     ("reliability.monte_carlo.runs", 1, r"reliability\.monte_carlo\.runs: must be an integer >= 2"),
     ("workloads.training.0.steps", 0, r"workloads\.training\[0\]\.steps: must be an integer >= 1, got 0"),
     ("workloads.training.0.tokens", -5.0, r"workloads\.training\[0\]\.tokens: must be > 0"),

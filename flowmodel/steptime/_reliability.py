@@ -63,6 +63,7 @@ class Component:
 
 
 SWITCHES = ("scale_up_switch", "leaf", "spine", "aggregation", "border")  # fabric.Kind of a switch
+CHECKPOINT_MODES = ("pause", "overlap")
 CABLES = ("scale_up", "nic", "leaf_spine", "spine_aggregation", "border", "long_haul")  # fabric.Tier
 
 
@@ -77,6 +78,9 @@ class Reliability:
         :class:`Component`, per cable (both directions).
       bytes_per_parameter: checkpoint bytes per model parameter (bf16 weights 2 + fp32 master weights
         4 + Adam moments 8 = 14); checkpoint_size: bytes, overrides it.
+      checkpoint_mode: ``"pause"`` (the job waits while the checkpoint is written) or ``"overlap"``
+        (the job pauses ``snapshot`` seconds to copy its state to host memory, and the write shares
+        the fabric with the running job).
       interval: seconds of work between checkpoints; None: the exact optimum.
       storage_bandwidth: bytes/s into (and out of) each site's storage; storage_capacity: bytes it
         holds (None: unbounded).
@@ -95,6 +99,8 @@ class Reliability:
     gpus_per_host: int = 8
     bytes_per_parameter: float = 14.0
     checkpoint_size: float | None = None
+    checkpoint_mode: str = "pause"
+    snapshot: float = 0.0
     interval: float | None = None
     storage_bandwidth: float = 100e9
     storage_capacity: float | None = None
@@ -122,6 +128,10 @@ class Reliability:
                            ("storage.capacity", self.storage_capacity)):
             if value is not None:
                 _finite(f"reliability.{key}", value, strict=True)
+        if self.checkpoint_mode not in CHECKPOINT_MODES:
+            raise ValueError(f"reliability.checkpoint.mode: must be one of {', '.join(CHECKPOINT_MODES)}, "
+                             f"got {self.checkpoint_mode!r}")
+        _finite("reliability.checkpoint.snapshot", self.snapshot)
         _finite("reliability.restart.detection", self.detection)
         _finite("reliability.restart.rescheduling", self.rescheduling)
         _finite("reliability.monte_carlo.weibull_shape", self.weibull_shape, strict=True)
