@@ -20,6 +20,15 @@ UNITS = {
     "length": {"km": 1.0, "m": 1e-3},
     "size": {**{f"{p}B": f for p, f in _DECIMAL.items() if p != "k"}, **{f"{p}B": f for p, f in _BINARY.items()}},
 }
+# Physical ranges, checked where a value enters: (lowest, whether it is allowed, highest, the bound as
+# the message writes it, why). No link carries more than 10 Pbit/s; no fibre route is longer than the
+# Earth's circumference.
+RANGES = {
+    "bandwidth": (0.0, False, 1.25e15, "10Pbps", "no single link carries more"),
+    "time": (0.0, True, None, None, None),
+    "length": (0.0, True, 40_075.0, "40075km", "the Earth's circumference"),
+    "size": (0.0, False, 1e15, "1PB", "no per-flow or per-port buffer is larger"),
+}
 _NUMBER = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(\S*)\s*$")
 
 
@@ -43,8 +52,31 @@ def parse(value, kind: str, where: str) -> float:
         raise ValueError(f"{where}: expected a {kind}, got {value!r}")
     if not math.isfinite(number):
         raise ValueError(f"{where}: must be finite, got {value!r}")
+    low, closed, high, bound, why = RANGES[kind]
+    if number < low or (number == low and not closed):
+        raise ValueError(f"{where}: must be {'>=' if closed else '>'} 0, got {value!r}")
+    if high is not None and number > high:
+        raise ValueError(f"{where}: must be at most {bound} ({why}), got {value!r}")
     return number
 
 
 def _example(kind: str) -> str:
     return {"bandwidth": "400Gbps or 50GB/s", "time": "2us", "length": "10km", "size": "256MiB"}[kind]
+
+
+def format_value(value: float, kind: str) -> str:
+    """An SI number in the unit a config would write it in (``50e9`` bandwidth -> ``400Gbps``)."""
+    if kind == "bandwidth":
+        units = [("Pbps", 1e15 / 8), ("Tbps", 1e12 / 8), ("Gbps", 1e9 / 8), ("Mbps", 1e6 / 8), ("bps", 1 / 8)]
+    elif kind == "time":
+        units = [("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)]
+    elif kind == "size":
+        units = [("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3), ("B", 1.0)]
+    else:
+        units = [("km", 1.0), ("m", 1e-3)]
+    if value == 0:
+        return f"0{units[-1][0]}"
+    for unit, factor in units:
+        if abs(value) >= factor:
+            return f"{value / factor:.6g}{unit}"
+    return f"{value / units[-1][1]:.6g}{units[-1][0]}"

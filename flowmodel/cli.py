@@ -1,19 +1,18 @@
-"""Command line: ``flowmodel run|optimize|sweep|failures CONFIG --out DIR``.
+"""Command line: ``flowmodel run|optimize|sweep|failures|validate CONFIG [--out DIR] [--set KEY=VALUE]``.
 
 Every command prepares the scenario once (``scenario.prepare``) and evaluates it through the same
 function (``Model.fleet``): ``run`` at the scenario's own network, ``optimize`` over its knobs,
-``sweep`` over its grid, ``failures`` on each failed fabric.
+``sweep`` over its grid, ``failures`` on each failed fabric; ``validate`` stops after preparing.
 
-
-``run`` writes ``DIR/result.json`` with ``step_time_s`` (the slowest training job's step), its
-``breakdown`` (seconds), every job's figures and the KV transfer time of every inference service;
-with a ``reliability`` section also ``time_to_train_days``, ``effective_training_time``,
-``interruptions_per_day``, ``checkpoint_interval_s`` and the rest of ``reliability.report``.
-``optimize`` writes ``baseline_step_time_s``, ``optimized_step_time_s``, ``parameters`` (name ->
-value and unit), ``history`` and ``DIR/loss.png`` and ``DIR/breakdown.png``. ``sweep`` writes
-``DIR/sweep.csv``, ``DIR/sweep.json`` and ``DIR/sweep.png``. ``failures`` writes every job's healthy,
-per-failure, expected, p99 and worst step time and the failures that disconnect it. A bad config exits with
-status 2 and one line naming the key; outputs are written atomically.
+Each command writes its own files into ``DIR`` (default ``out/<config name>``), so commands never
+overwrite each other: ``run.json``; ``optimize.json``, ``optimize_loss.png``,
+``optimize_breakdown.png``; ``sweep.json``, ``sweep.csv``, ``sweep.png``; ``failures.json``,
+``failures.png`` (``run.json`` adds the time to train when the scenario has a ``reliability``
+section: ``time_to_train_days``, ``effective_training_time``, ``interruptions_per_day``,
+``checkpoint_interval_s``, ...). Keys end in their unit (``_s`` seconds, ``_Bps`` bytes/s,
+``_bytes``); every JSON file says so in its ``units`` map. The output folder is checked before any work, files are
+written whole or not at all, and a bad config or argument exits with status 2 and one line naming
+the key and the value.
 """
 
 from __future__ import annotations
@@ -21,53 +20,82 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
+import warnings
 
 import numpy as np
+
+UNITS = {"_s": "seconds", "_Bps": "bytes per second", "_bytes": "bytes",
+         "efficiency": "bandwidth bound / time (1 = at the bound)", "cost": "the optimize section's cost units"}
+_COLLECTIVE_KEYS = {"seconds": "time_s", "bound_seconds": "bound_s", "efficiency": "efficiency", "bytes": "bytes",
+                    "ranks": "ranks", "algbw": "algbw_Bps", "busbw": "busbw_Bps"}
+
+
+class UsageError(ValueError):
+    """A bad command-line argument (exit status 2)."""
 
 
 def _floats(d: dict) -> dict:
     return {k: float(v) for k, v in d.items()}
 
 
-def _table(rows: list[tuple[str, float]], title: str, quiet: bool) -> None:
-    if quiet:
-        return
-    total = sum(v for _, v in rows) or 1.0
+def _table(breakdown: dict[str, float], title: str) -> None:
+    """A breakdown in the order of the step (components that take no time left out)."""
+    from .plots import COMPONENT_COLOURS
+
+    total = sum(breakdown.values()) or 1.0
     print(f"\n{title}")
-    for name, value in rows:
-        print(f"  {name:<12} {value:>10.4f} s  {value / total:>6.1%}")
+    for name in sorted(breakdown, key=lambda k: list(COMPONENT_COLOURS).index(k) if k in COMPONENT_COLOURS else 99):
+        if breakdown[name] != 0:
+            print(f"  {name:<12} {breakdown[name]:>10.4f} s  {breakdown[name] / total:>6.1%}")
 
 
 def fleet_result(model, fleet) -> dict:
-    """result.json's figures of an evaluated fleet."""
-    domains = {plan.job.name: plan.domains for plan in model.plans}
-    jobs = {name: {"step_time_s": float(r.step_time), "breakdown": _floats(r.breakdown),
-                   "by_domain": _floats(r.by_domain),
-                   "collectives": {k: {**_floats(v), "domain": domains[name][k]} for k, v in r.collectives.items()}}
-            for name, r in fleet.steps.items()}
+    """run.json's figures of an evaluated fleet."""
+    plans = {plan.job.name: plan for plan in model.plans}
+    jobs = {}
+    for name, r in fleet.steps.items():
+        collectives = {kind: {**{_COLLECTIVE_KEYS[k]: (int if k == "ranks" else float)(v) for k, v in figures.items()},
+                              "domain": plans[name].domains[kind]} for kind, figures in r.collectives.items()}
+        jobs[name] = {"step_time_s": float(r.step_time), "breakdown_s": _floats(r.breakdown),
+                      "by_domain_s": _floats(r.by_domain), "collectives": collectives,
+                      "memory_per_gpu_bytes": _floats(plans[name].job.memory()),
+                      "hbm_bytes": float(plans[name].job.hbm)}
     slowest = fleet.critical()
-    return {"scenario": model.scenario.name,
+    return {"scenario": model.scenario.name, "units": UNITS,
             "step_time_s": jobs[slowest]["step_time_s"] if slowest else None,
-            "breakdown": jobs[slowest]["breakdown"] if slowest else {},
+            "breakdown_s": jobs[slowest]["breakdown_s"] if slowest else {},
             "critical_job": slowest, "jobs": jobs, "kv_transfer_s": _floats(fleet.kv_transfer_s),
             "fixed_point": {"iterations": fleet.iterations, "converged": bool(fleet.converged),
-                            "last_change": float(fleet.change)}}
+                            "last_change_s": float(fleet.change)}}
 
 
 def _needs(scenario, section: str):
     """The scenario, if it has the section a command works on and a training job to evaluate."""
     if getattr(scenario, section) is None:
-        raise ValueError(f"{section}: the config has no {section} section")
+        raise ValueError(f"{section}: the config has no {section} section (docs/config.md)")
     if not scenario.training:
         raise ValueError(f"workloads.training: {section} needs at least one training job")
     return scenario
 
 
+def _check_groups(model, groups, where) -> None:
+    """Every named link group exists (before any evaluation); ``where(i, group)`` is its key path."""
+    for i, group in enumerate(groups):
+        if group not in model.info.groups:
+            raise ValueError(f"{where(i, group)}: unknown link group {group!r}; known: "
+                             f"{', '.join(sorted(model.info.groups))}")
+
+
+def _say(quiet: bool):
+    return (lambda message: None) if quiet else (lambda message: print(f"[{message}]", flush=True))
+
+
 def _prepare(scenario, quiet: bool):
     from .scenario import prepare
 
-    model = prepare(scenario, progress=None if quiet else lambda stage: print(f"[{stage}]", flush=True))
+    model = prepare(scenario, progress=_say(quiet))
     if not quiet:
         print(f"{scenario.name}: {scenario.fleet.num_gpus} GPUs, {model.info.num_links} links, "
               f"{len(model.plans)} training job(s)", flush=True)
@@ -79,59 +107,79 @@ def cmd_run(scenario, out: str, quiet: bool) -> dict:
 
     t0 = time.perf_counter()
     model = _prepare(scenario, quiet)
-    if not quiet:
-        print("[compile and evaluate]", flush=True)
+    _say(quiet)("compile and evaluate")
     result = fleet_result(model, model.evaluate())
     lines = []
     if scenario.reliability is not None:  # time to train under failures, checkpoints and restarts
         from . import reliability
 
         figures, lines = reliability.report(model)
-        result.update(figures)
-    result["seconds"] = time.perf_counter() - t0
+        result.update(figures, units={**result["units"], **reliability.UNITS})
+    result["wall_time_s"] = time.perf_counter() - t0
     if not quiet:
         for name, job in result["jobs"].items():
-            _table(list(job["breakdown"].items()), f"{name}: step time {job['step_time_s']:.4f} s", quiet)
+            _table(job["breakdown_s"], f"{name}: step time {job['step_time_s']:.4f} s")
         for name, seconds in result["kv_transfer_s"].items():
             print(f"\n{name}: KV transfer of one request {seconds * 1e3:.2f} ms")
         if lines:
             print("\n" + "\n".join(lines))
-    write_json(os.path.join(out, "result.json"), result)
+    write_json(os.path.join(out, "run.json"), result)
     return result
 
 
-def cmd_optimize(scenario, out: str, quiet: bool) -> dict:
+def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> dict:
     import optax
+    from tqdm import tqdm
 
     from . import optimize, plots
     from .results import write_json
 
     model = _prepare(_needs(scenario, "optimize"), quiet)
     o = scenario.optimize
+    _check_groups(model, [k.group for k in o.knobs], lambda i, g: f"optimize.knobs[{i}].group")
     space = optimize.Space(model.info, o.knobs, o.cost)
+    baseline_values = {k.group: model.info.groups[k.group].value for k in o.knobs}
     objective, exact = model.objective()
-    from tqdm import tqdm
-
+    _say(quiet)("compile the search")
     with tqdm(total=o.steps * o.restarts, desc="optimize", disable=quiet, leave=False) as bar:
         res = optimize.minimize(objective, model.network, space, exact=exact, budget=o.budget, steps=o.steps,
                                 optimizer=optax.adam(o.learning_rate), restarts=o.restarts, seed=o.seed,
                                 callback=lambda i, v: (bar.update(1), bar.set_postfix(objective=f"{v:.4g}")))
-    rounded = any(k.allowed for k in o.knobs)
-    if rounded:
-        res = optimize.round_to_allowed(res, model.network, space, exact, budget=o.budget)
+    searched = res.optimized
+    _say(quiet)("round to allowed values and refine on the exact model")
+    done = optimize.finish(res, model.network, space, exact, budget=o.budget)
+    res = done.result
     before, after = model.evaluate(), model.evaluate(res.network, logits=res.logits)
-    result = {"scenario": scenario.name, "baseline_step_time_s": res.baseline,
-              "optimized_step_time_s": res.optimized, "parameters": res.parameters,
-              "baseline_parameters": {k.group: {"value": model.info.groups[k.group].value,
-                                                "unit": model.info.groups[k.group].unit} for k in o.knobs},
-              "cost": res.cost, "budget": o.budget, "history": [float(h) for h in res.history],
-              "restarts": res.restarts, "rounded": rounded,
-              "baseline_breakdown": _floats(before.steps[before.critical()].breakdown),
-              "optimized_breakdown": _floats(after.steps[after.critical()].breakdown)}
-    plots.loss_curve(res.history, os.path.join(out, "loss.png"))
-    plots.breakdown_bars({"baseline": result["baseline_breakdown"], "optimized": result["optimized_breakdown"]},
-                         os.path.join(out, "breakdown.png"))
-    write_json(os.path.join(out, "result.json"), result)
+    result = {"scenario": scenario.name, "units": UNITS, "baseline_step_time_s": res.baseline,
+              "optimized_step_time_s": res.optimized, "searched_step_time_s": searched,
+              "parameters": res.parameters,
+              "baseline_parameters": {g: {"value": v, "unit": model.info.groups[g].unit}
+                                      for g, v in baseline_values.items()},
+              "baseline_cost": space.cost_at(baseline_values), "optimized_cost": res.cost, "budget": o.budget,
+              "optimality_check": done.check.as_dict(), "roundings": done.roundings,
+              "refine_evaluations": done.evaluations,
+              "history": [float(h) for h in res.history], "restarts": res.restarts,
+              "baseline_breakdown_s": _floats(before.steps[before.critical()].breakdown),
+              "optimized_breakdown_s": _floats(after.steps[after.critical()].breakdown)}
+    front = None
+    if pareto:
+        budgets = optimize.budget_range(space, pareto)
+        _say(quiet)(f"pareto front over {pareto} budgets, {budgets[0]:.6g} to {budgets[-1]:.6g}")
+        points = optimize.pareto(res, model.network, space, exact, budgets)
+        front = {"scenario": scenario.name, "units": UNITS,
+                 "points": [{"budget": float(bud), "cost": p.result.cost, "step_time_s": p.result.optimized,
+                             "parameters": p.result.parameters, "optimality_check": p.check.as_dict()}
+                            for bud, p in zip(budgets, points)]}
+    plots.loss_curve(res.history, os.path.join(out, "optimize_loss.png"),
+                     exact={"baseline (exact)": res.baseline, "search end (exact)": searched,
+                            "refined (exact)": res.optimized})
+    plots.breakdown_bars({"baseline": result["baseline_breakdown_s"], "optimized": result["optimized_breakdown_s"]},
+                         os.path.join(out, "optimize_breakdown.png"))
+    if front is not None:
+        plots.pareto_front(front["points"], os.path.join(out, "optimize_pareto.png"),
+                           chosen=(res.cost, res.optimized), baseline=(result["baseline_cost"], res.baseline))
+        write_json(os.path.join(out, "optimize_pareto.json"), front)
+    write_json(os.path.join(out, "optimize.json"), result)
     if not quiet:
         print(f"{scenario.name}: step time {res.baseline:.4f} s -> {res.optimized:.4f} s "
               f"({res.optimized / res.baseline - 1:+.1%}), cost {res.cost:.6g}"
@@ -139,6 +187,12 @@ def cmd_optimize(scenario, out: str, quiet: bool) -> dict:
         for name, p in res.parameters.items():
             base = result["baseline_parameters"][name]["value"]
             print(f"  {name:<24} {base:>12.5g} -> {p['value']:>12.5g} {p['unit']}")
+        check = done.check
+        print(f"  optimality check: {'passed' if check.passed else 'FAILED'} ({check.moves} moves, best gain "
+              f"{max(check.best_gain, 0.0):.2%}; {done.roundings} rounding(s), {done.evaluations} exact evaluations)")
+        if front is not None:
+            for p in front["points"]:
+                print(f"  budget {p['budget']:>12.6g}: step time {p['step_time_s']:.4f} s at cost {p['cost']:.6g}")
     return result
 
 
@@ -167,39 +221,42 @@ def cmd_sweep(scenario, out: str, quiet: bool) -> dict:
 
     model = _prepare(_needs(scenario, "sweep"), quiet)
     axes = scenario.sweep.axes
-    for group in axes:
-        if group not in model.info.groups:
-            raise ValueError(f"sweep.grid.{group}: unknown link group; known: {', '.join(sorted(model.info.groups))}")
+    _check_groups(model, list(axes), lambda i, g: f"sweep.grid.{g}")
     points = sweep.grid(**axes)
+    _say(quiet)(f"compile and evaluate {len(next(iter(points.values())))} points")
     table = sweep.sweep(sweep_evaluation(model), points, chunk=scenario.sweep.chunk, progress=not quiet)
-    csv_path, json_path = sweep.write_table(table, out)
     names = list(axes)
-    plots.sweep_lines(table, names, "step_time_s", os.path.join(out, "sweep.png"))
+    units = {n: model.info.groups[n].unit for n in names}
+    plots.sweep_lines(table, names, "step_time_s", os.path.join(out, "sweep.png"), units=units)
+    csv_path, json_path = sweep.write_table(table, out, meta={"scenario": scenario.name, "units": UNITS,
+                                                                "parameter_units": units})
     if not quiet:
         best = int(np.argmin(table["step_time_s"]))
         at = ", ".join(f"{n} = {table[n][best]:.5g}" for n in names)
         print(f"{scenario.name}: {len(table['step_time_s'])} points; best step time "
               f"{table['step_time_s'][best]:.4f} s at {at}")
-        print(f"wrote {csv_path}, {json_path}")
     return table
 
 
 def cmd_failures(scenario, out: str, quiet: bool) -> dict:
-    from . import resilience
+    from tqdm import tqdm
+
+    from . import plots, resilience
     from .results import write_json
 
     model = _prepare(_needs(scenario, "failures"), quiet)
     scenarios = resilience.failure_scenarios(model)
-    if not quiet:
-        print(f"[evaluate {len(scenarios)} failure scenarios]", flush=True)
-    report = resilience.evaluate_failures(model, scenarios)
+    _say(quiet)(f"route and evaluate {len(scenarios)} failure scenarios")
+    with tqdm(total=len(scenarios), desc="failures", disable=quiet, leave=False) as bar:
+        report = resilience.evaluate_failures(model, scenarios, progress=lambda name: bar.update(1))
     jobs = {name: {"healthy_step_time_s": report.healthy[name],
                    "step_time_s": dict(zip(report.scenarios, (float(t) for t in report.step_times[name]))),
                    "expected_step_time_s": report.expected[name], "p99_step_time_s": report.p99[name],
                    "worst": {"scenario": report.worst[name][0], "step_time_s": report.worst[name][1]},
                    "disconnected": report.disconnected[name]} for name in report.step_times}
-    result = {"scenario": scenario.name, "failures": report.scenarios, "jobs": jobs}
-    write_json(os.path.join(out, "result.json"), result)
+    result = {"scenario": scenario.name, "units": UNITS, "failures": report.scenarios, "jobs": jobs}
+    plots.failure_bars(jobs, os.path.join(out, "failures.png"))
+    write_json(os.path.join(out, "failures.json"), result)
     if not quiet:
         for name, job in jobs.items():
             print(f"\n{name}: healthy {job['healthy_step_time_s']:.4f} s, expected {job['expected_step_time_s']:.4f} s,"
@@ -208,35 +265,138 @@ def cmd_failures(scenario, out: str, quiet: bool) -> dict:
     return result
 
 
+def cmd_validate(scenario, out: str | None, quiet: bool) -> dict:
+    """Parse, build, route and plan; no evaluation and no files."""
+    model = _prepare(scenario, quiet)
+    if scenario.optimize is not None:
+        _check_groups(model, [k.group for k in scenario.optimize.knobs], lambda i, g: f"optimize.knobs[{i}].group")
+    if scenario.sweep is not None:
+        _check_groups(model, list(scenario.sweep.axes), lambda i, g: f"sweep.grid.{g}")
+    if scenario.failures is not None:
+        from . import resilience
+
+        resilience.failure_scenarios(model)
+    if not quiet:
+        for plan in model.plans:
+            job, par = plan.job, plan.job.parallelism
+            memory = job.memory()
+            print(f"  {job.name}: {par.size} GPUs (tp {par.tp} x cp {par.cp} x pp {par.pp} x dp {par.dp}), "
+                  f"{job.micro_batches} micro-batches, ~{sum(memory.values()) / 1e9:.1f} GB per GPU of "
+                  f"{job.hbm / 1e9:.0f} GB")
+        print(f"  link groups: {', '.join(sorted(model.info.groups))}")
+        print(f"{scenario.name}: valid")
+    return {"scenario": scenario.name, "valid": True}
+
+
 COMMANDS = {"run": (cmd_run, "step time of every workload in a scenario"),
             "optimize": (cmd_optimize, "minimise step time over the scenario's knobs under its budget"),
             "sweep": (cmd_sweep, "step time over the scenario's sweep grid (vmapped, sharded over devices)"),
-            "failures": (cmd_failures, "step time under each failure of the scenario's failures section")}
+            "failures": (cmd_failures, "step time under each failure of the scenario's failures section"),
+            "validate": (cmd_validate, "check a scenario: parse, build, route and plan, without evaluating")}
+
+
+OUTPUTS = {"run": ("run.json",), "optimize": ("optimize.json", "optimize_loss.png", "optimize_breakdown.png"),
+           "pareto": ("optimize_pareto.json", "optimize_pareto.png"),
+           "sweep": ("sweep.json", "sweep.csv", "sweep.png"), "failures": ("failures.json", "failures.png")}
+
+
+def check_out(out: str) -> list[str]:
+    """Make ``out`` a folder that exists and can be written, or raise a ``UsageError`` naming it;
+    returns the folders it created (so a command that then fails can leave nothing behind)."""
+    created, path = [], os.path.abspath(out)
+    while not os.path.exists(path):
+        created.append(path)
+        path = os.path.dirname(path)
+    try:
+        os.makedirs(out, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except FileExistsError:
+        raise UsageError(f"--out {out}: is a file, not a folder") from None
+    except OSError as e:
+        raise UsageError(f"--out {out}: cannot write there ({e.strerror})") from None
+    return created
+
+
+def _remove_empty(folders: list[str]) -> None:
+    for folder in folders:  # deepest first
+        try:
+            os.rmdir(folder)
+        except OSError:
+            return
+
+
+def _parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    ap = argparse.ArgumentParser(prog="flowmodel", description="Flow-level model of AI fleet networks.")
+    ap.add_argument("--version", action="version", version=f"flowmodel {__version__}")
+    sub = ap.add_subparsers(dest="command", required=True)
+    for name, (_, text) in COMMANDS.items():
+        p = sub.add_parser(name, help=text, description=text)
+        p.add_argument("config", help="scenario file (YAML; keys in docs/config.md)")
+        if name != "validate":
+            p.add_argument("--out", default=None, help="output folder (default out/<config name>)")
+        p.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", dest="overrides",
+                       help="override one key of the file, e.g. workloads.training[0].global_batch=128 "
+                            "(repeatable; same units and checks as the file)")
+        if name == "optimize":
+            p.add_argument("--pareto", type=int, nargs="?", const=9, default=None, metavar="N",
+                           help="also write the cost / step-time front: a refined optimum at N budgets (default 9) "
+                                "from the knobs' cheapest to their dearest setting")
+        p.add_argument("--quiet", action="store_true", help="print nothing but errors")
+        p.add_argument("--verbose", action="store_true", help="also show JAX/XLA log messages")
+    sub.add_parser("reference", help="print the scenario file reference (docs/config.md)")
+    return ap
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    print(f"flowmodel: warning: {message}", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .config import ConfigError, load
-
-    ap = argparse.ArgumentParser(prog="flowmodel", description="Flow-level model of AI fleet networks.")
-    sub = ap.add_subparsers(dest="command", required=True)
-    for name, (_, text) in COMMANDS.items():
-        p = sub.add_parser(name, help=text)
-        p.add_argument("config")
-        p.add_argument("--out", default=None, help="output folder (default out/<config name>)")
-        p.add_argument("--quiet", action="store_true")
-    args = ap.parse_args(argv)
-    out = args.out or os.path.join("out", os.path.splitext(os.path.basename(args.config))[0])
+    args = _parser().parse_args(argv)
     import jax
 
+    from .config import ConfigError, load, reference
+
+    if args.command == "reference":
+        print(reference(), end="")
+        return 0
+    if not args.verbose:
+        jax.config.update("jax_logging_level", "CRITICAL")  # XLA's slow-compile alarms and the like
     jax.config.update("jax_enable_x64", True)
-    try:
-        scenario = load(args.config)
-        COMMANDS[args.command][0](scenario, out, args.quiet)
-    except (ConfigError, ValueError) as e:
-        print(f"flowmodel: {str(e).splitlines()[0]}", file=sys.stderr)
-        return 2
-    if not args.quiet and args.command != "sweep":
-        print(f"\nwrote {os.path.join(out, 'result.json')}")
+    out = getattr(args, "out", None)
+    if args.command != "validate":
+        out = out or os.path.join("out", os.path.splitext(os.path.basename(args.config))[0])
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        if args.quiet:
+            warnings.simplefilter("ignore")
+        created = []
+        try:
+            scenario = load(args.config, args.overrides)
+            if out is not None:
+                created = check_out(out)
+            if getattr(args, "pareto", None) is not None and args.pareto < 2:
+                raise UsageError(f"--pareto: needs at least 2 budgets, got {args.pareto}")
+            extra = {"pareto": args.pareto} if args.command == "optimize" else {}
+            COMMANDS[args.command][0](scenario, out, args.quiet, **extra)
+        except (ConfigError, ValueError) as e:
+            _remove_empty(created)
+            print(f"flowmodel: {str(e).splitlines()[0]}", file=sys.stderr)
+            return 2
+        except MemoryError:
+            _remove_empty(created)
+            print("flowmodel: out of memory: the scenario is too large for this machine", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            _remove_empty(created)
+            print("flowmodel: interrupted", file=sys.stderr)
+            return 130
+    if not args.quiet and out is not None:
+        files = OUTPUTS[args.command] + (OUTPUTS["pareto"] if getattr(args, "pareto", None) else ())
+        print(f"\nwrote {', '.join(files)} in {out}")
     return 0
 
 

@@ -24,54 +24,136 @@ def new_figure():
     return plt
 
 
-def loss_curve(history, path: str) -> None:
-    """The searched objective per optimizer step."""
+# One colour per breakdown component, the same in every plot and run (matplotlib's tab10 order).
+COMPONENT_COLOURS = {"compute": "#1f77b4", "tp": "#ff7f0e", "cp": "#8c564b", "ep": "#e377c2",
+                     "pipeline": "#2ca02c", "dp": "#d62728"}
+
+
+def loss_curve(history, path: str, *, exact: dict[str, float] | None = None) -> None:
+    """The searched (smooth) objective per optimizer step, with the exact step time at the labelled
+    points (``{"baseline (exact)": s, "result (exact)": s}``) as horizontal lines."""
     plt = new_figure()
-    fig, ax = plt.subplots(figsize=(5, 3.2))
-    ax.plot(range(1, len(history) + 1), history)
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    ax.plot(range(1, len(history) + 1), history, label="searched objective (smooth rates)")
+    for (label, value), style in zip((exact or {}).items(), ("--", ":", "-.")):
+        ax.axhline(value, color="black", linestyle=style, linewidth=1, label=f"{label}: {value:.4g} s")
     ax.set_xlabel("step")
-    ax.set_ylabel("objective (smooth step time, s)")
+    ax.set_ylabel("step time (s)")
     ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
     save_figure(fig, path)
     plt.close(fig)
 
 
 def breakdown_bars(breakdowns: dict[str, dict[str, float]], path: str) -> None:
-    """Stacked bars of step-time breakdowns, one bar per label (e.g. baseline, optimized)."""
+    """Stacked bars of step-time breakdowns, one bar per label (e.g. baseline, optimized); each
+    component keeps its colour (``COMPONENT_COLOURS``) and the legend sits outside the bars."""
     plt = new_figure()
-    fig, ax = plt.subplots(figsize=(5, 3.2))
+    fig, ax = plt.subplots(figsize=(6, 3.4))
     labels = list(breakdowns)
     parts = [p for p in next(iter(breakdowns.values())) if any(abs(b.get(p, 0.0)) > 0 for b in breakdowns.values())]
+    parts.sort(key=lambda p: list(COMPONENT_COLOURS).index(p) if p in COMPONENT_COLOURS else len(COMPONENT_COLOURS))
     bottom = [0.0] * len(labels)
     for part in parts:
         values = [breakdowns[label].get(part, 0.0) for label in labels]
-        ax.bar(labels, values, bottom=bottom, label=part)
+        ax.bar(labels, values, bottom=bottom, label=part, color=COMPONENT_COLOURS.get(part))
         bottom = [b + v for b, v in zip(bottom, values)]
     ax.set_ylabel("seconds per step")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     save_figure(fig, path)
     plt.close(fig)
 
 
-def sweep_lines(table: dict, names: list[str], output: str, path: str) -> None:
-    """``output`` against the first swept parameter, one line per value of the others."""
+_UNIT_SCALE = {"bytes/s": (1e9 / 8, "Gbps"), "ratio": (1.0, "ratio")}
+
+
+def _value(v: float, unit: str) -> str:
+    return f"{v:.4g}:1" if unit == "ratio" else f"{v:.4g} {unit}"
+
+
+def _geometric(values) -> bool:
+    import numpy as np
+
+    v = np.unique(np.asarray(values, float))
+    return v.size >= 3 and (v > 0).all() and np.allclose(np.diff(np.log(v)), np.log(v[1] / v[0]), rtol=1e-6)
+
+
+def sweep_lines(table: dict, names: list[str], output: str, path: str, *, units: dict[str, str] | None = None) -> None:
+    """``output`` against the first swept parameter (in Gbps for capacities; log axis when the grid
+    is geometric), one line per value of the others, each with its own marker and line style."""
     import numpy as np
 
     plt = new_figure()
-    fig, ax = plt.subplots(figsize=(5, 3.2))
-    x = np.asarray(table[names[0]])
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    units = units or {}
+
+    def scaled(name):
+        return _UNIT_SCALE.get(units.get(name, ""), (1.0, units.get(name, "")))
+
+    factor, unit = scaled(names[0])
+    x = np.asarray(table[names[0]]) / factor
     others = [np.asarray(table[n]) for n in names[1:]]
     keys = sorted(set(zip(*others))) if others else [()]
-    for key in keys:
+    markers, styles = "osD^vP*X", ("-", "--", "-.", ":")
+    for i, key in enumerate(keys):
         mask = np.ones(x.size, bool)
         for col, v in zip(others, key):
             mask &= col == v
-        label = ", ".join(f"{n}={v:.3g}" for n, v in zip(names[1:], key)) or None
-        ax.plot(x[mask], np.asarray(table[output])[mask], marker="o", label=label)
-    ax.set_xlabel(names[0])
-    ax.set_ylabel(output)
-    ax.grid(alpha=0.3)
+        label = ", ".join(f"{n} = {_value(v / scaled(n)[0], scaled(n)[1])}" for n, v in zip(names[1:], key)) or None
+        ax.plot(x[mask], np.asarray(table[output])[mask], marker=markers[i % len(markers)],
+                linestyle=styles[i % len(styles)], markersize=5, label=label)
+    if _geometric(x):
+        ax.set_xscale("log")
+        ax.set_xticks(np.unique(x), [f"{v:g}" for v in np.unique(x)])
+        ax.xaxis.set_minor_locator(plt.matplotlib.ticker.NullLocator())
+    ax.ticklabel_format(axis="y", useOffset=False, style="plain")
+    ax.set_xlabel(f"{names[0]} ({unit})" if unit else names[0])
+    ax.set_ylabel(output.removesuffix("_s").replace("_", " ") + " (s)" if output.endswith("_s") else output)
+    ax.grid(alpha=0.3, which="both")
     if others:
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def failure_bars(jobs: dict[str, dict], path: str, *, top: int = 20) -> None:
+    """Per job, its healthy, expected and p99 step time and its ``top`` worst failures (the
+    ``failures`` command's figures)."""
+    import numpy as np
+
+    plt = new_figure()
+    fig, axes = plt.subplots(len(jobs), 1, figsize=(7, 2.8 * len(jobs)), squeeze=False)
+    for ax, (name, job) in zip(axes[:, 0], jobs.items()):
+        times = {k: v for k, v in job["step_time_s"].items() if v is not None and np.isfinite(v)}
+        worst = sorted(times, key=times.get, reverse=True)[:top]
+        ax.barh(worst[::-1], [times[k] for k in worst[::-1]], color="#7f7f7f")
+        for value, label, style in ((job["healthy_step_time_s"], "healthy", "-"),
+                                    (job["expected_step_time_s"], "expected", "--"),
+                                    (job["p99_step_time_s"], "p99", ":")):
+            if value is not None and np.isfinite(value):
+                ax.axvline(value, color="black", linestyle=style, linewidth=1, label=f"{label} {value:.4g} s")
+        ax.set_title(f"{name}: {len(job['disconnected'])} failure(s) disconnect it", fontsize=9)
+        ax.set_xlabel("step time (s)")
+        ax.tick_params(axis="y", labelsize=6)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def pareto_front(points: list[dict], path: str, *, chosen: tuple[float, float] | None = None,
+                 baseline: tuple[float, float] | None = None) -> None:
+    """Step time against cost of each refined optimum of a budget sweep, with the configured
+    budget's result and the baseline marked."""
+    plt = new_figure()
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    ax.plot([p["cost"] for p in points], [p["step_time_s"] for p in points], marker="o", label="refined optimum")
+    if chosen is not None:
+        ax.plot(*chosen, marker="*", markersize=12, linestyle="none", color="#d62728", label="at the budget")
+    if baseline is not None:
+        ax.plot(*baseline, marker="s", linestyle="none", color="black", label="baseline")
+    ax.set_xlabel("cost")
+    ax.set_ylabel("step time (s)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
     save_figure(fig, path)
     plt.close(fig)

@@ -72,6 +72,8 @@ from .steptime import (
 )
 
 DAY = 86400.0  # seconds; failure rates are given per component-day
+UNITS = {"_days": "days", "_per_day": "per day", "effective": "healthy time / expected time",
+         "effective_training_time": "healthy time / expected time", "rate_per_day": "per component per day"}
 _CLIMB = (Tier.NIC, Tier.LEAF_SPINE, Tier.SPINE_AGGREGATION)  # the scale-out path up to the storage
 
 

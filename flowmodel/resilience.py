@@ -19,7 +19,7 @@ re-routing): one ``vmap`` over capacity masks.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -149,9 +149,11 @@ def job_step_times(model: Model) -> dict[str, float]:
     return out
 
 
-def evaluate_failures(model: Model, scenarios: Sequence[Failure]) -> FailureReport:
+def evaluate_failures(model: Model, scenarios: Sequence[Failure], *,
+                      progress: Callable[[str], None] | None = None) -> FailureReport:
     """Step time of every job, healthy (the scenario's own evaluation) and under each failure
-    (re-routed), with the probability-weighted expectation and tail."""
+    (re-routed), with the probability-weighted expectation and tail; ``progress`` is called with
+    each failure's name once it is evaluated."""
     if not scenarios:
         raise ValueError("scenarios: none given")
     probs = np.array([s.probability for s in scenarios], np.float64)
@@ -165,6 +167,8 @@ def evaluate_failures(model: Model, scenarios: Sequence[Failure]) -> FailureRepo
         result = job_step_times(failed(model, s))
         for name in jobs:
             per_job[name][i] = result[name]
+        if progress is not None:
+            progress(s.name)
     expected, p99, worst, lost = {}, {}, {}, {}
     for name, t in per_job.items():
         ok = np.isfinite(t)

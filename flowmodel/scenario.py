@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Callable
 
 import jax
@@ -175,6 +176,45 @@ class Scenario:
         if self.reliability is not None and all(job.training_steps is None for job in self.training):
             raise ValueError("workloads.training: the reliability section needs a training job with tokens or steps")
 
+    def warnings(self) -> list[str]:
+        """What is legal but probably not meant: GPUs no workload uses, a job whose estimated memory
+        per GPU (``Training.memory``) exceeds its ``hbm``. ``prepare`` issues them as
+        :class:`ScenarioWarning`."""
+        out = []
+        total = self.fleet.num_gpus
+        busy = set()
+        for job in self.training:
+            busy.update(job.job_ranks(total).tolist())
+        for inf in self.inference:
+            busy.update(r for instance in (*inf.prefill, *inf.decode) for r in instance)
+        idle = sorted(set(range(total)) - busy)
+        if idle:
+            out.append(f"workloads: {len(idle)} of the fabric's {total} GPUs run no training job or inference "
+                       f"service (ranks {_spans(idle)})")
+        for i, job in enumerate(self.training):
+            memory = job.memory()
+            need = sum(memory.values())
+            if need > job.hbm:
+                out.append(f"workloads.training[{i}].hbm: {job.name!r} needs about {need / 1e9:.1f} GB per GPU "
+                           f"(activations {memory['activations'] / 1e9:.1f} GB with selective recomputation), more "
+                           f"than hbm = {job.hbm / 1e9:.0f} GB: it would need full recomputation or offloading, "
+                           f"which the step time does not include")
+        return out
+
+
+class ScenarioWarning(UserWarning):
+    """A scenario that is legal but probably not what was meant (``Scenario.warnings``)."""
+
+
+def _spans(ranks: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2, 5"``."""
+    spans, start = [], ranks[0]
+    for a, b in zip(ranks, ranks[1:] + [None]):
+        if b != a + 1:
+            spans.append(str(start) if start == a else f"{start}-{a}")
+            start = b
+    return ", ".join(spans)
+
 
 class Model:
     """A prepared scenario: built and routed once, evaluated many times (``prepare`` makes one).
@@ -240,6 +280,8 @@ def prepare(scenario: Scenario, *, graph: nx.DiGraph | None = None, drop_lost: b
       progress: called with a short message as each stage starts.
     """
     say = progress or (lambda message: None)
+    for message in scenario.warnings():
+        warnings.warn(message, ScenarioWarning, stacklevel=2)
     r = scenario.routing
     say("build fabric")
     g = build(scenario.fleet) if graph is None else graph

@@ -128,8 +128,9 @@ def sweep(evaluate: Callable[[dict], dict], points: Mapping[str, np.ndarray], *,
     return columns
 
 
-def write_table(columns: Mapping[str, np.ndarray], folder: str, name: str = "sweep") -> tuple[str, str]:
-    """Write ``folder/name.csv`` and ``folder/name.json`` (a list of rows), each atomically."""
+def write_table(columns: Mapping[str, np.ndarray], folder: str, name: str = "sweep", *,
+                meta: Mapping | None = None) -> tuple[str, str]:
+    """Write ``folder/name.csv`` and ``folder/name.json`` (``{**meta, "rows": [row, ...]}``), each atomically."""
     keys = list(columns)
     rows = [{k: float(columns[k][i]) for k in keys} for i in range(len(columns[keys[0]]))]
     buffer = io.StringIO()
@@ -139,5 +140,5 @@ def write_table(columns: Mapping[str, np.ndarray], folder: str, name: str = "swe
     csv_path = os.path.join(folder, f"{name}.csv")
     write_text(csv_path, buffer.getvalue())
     json_path = os.path.join(folder, f"{name}.json")
-    write_json(json_path, rows)
+    write_json(json_path, {**(meta or {}), "rows": rows})
     return csv_path, json_path

@@ -92,7 +92,7 @@ def test_congestion_options():
     c = config.parse(data).options.congestion
     assert (c.window, c.queueing, c.buffer_bytes, c.packet_bytes) == (64e6, True, 8 * 2**20, 4096.0)
     data["model"]["window"] = "-1MB"
-    with pytest.raises(config.ConfigError, match=r"model.window: must be > 0 bytes, got -1000000.0"):
+    with pytest.raises(config.ConfigError, match=r"model.window: must be > 0, got '-1MB'"):
         config.parse(data)
     data["model"]["window"] = "64Mbps"
     with pytest.raises(config.ConfigError, match=r"model.window: unknown size unit 'Mbps'"):
@@ -188,9 +188,9 @@ def test_cli_run_and_bad_config(tmp_path, capsys):
     path = tmp_path / "small.yaml"
     path.write_text(yaml.safe_dump(small))
     assert cli.main(["run", str(path), "--out", str(out), "--quiet"]) == 0
-    result = json.loads((out / "result.json").read_text())
-    assert result["step_time_s"] > 0 and set(result["breakdown"]) >= {"compute", "tp", "pipeline", "dp"}
-    assert result["step_time_s"] == pytest.approx(sum(result["breakdown"].values()), rel=1e-9)
+    result = json.loads((out / "run.json").read_text())
+    assert result["step_time_s"] > 0 and set(result["breakdown_s"]) >= {"compute", "tp", "pipeline", "dp"}
+    assert result["step_time_s"] == pytest.approx(sum(result["breakdown_s"].values()), rel=1e-9)
     bad = tmp_path / "bad.yaml"
     small["fabric"]["sites"][0]["scale_out"]["oversubscription"] = [1, -1]
     bad.write_text(yaml.safe_dump(small))
@@ -209,15 +209,17 @@ def test_cli_optimize(tmp_path):
     path = tmp_path / "q.yaml"
     path.write_text(yaml.safe_dump(data))
     assert cli.main(["optimize", str(path), "--out", str(tmp_path / "o"), "--quiet"]) == 0
-    result = json.loads((tmp_path / "o" / "result.json").read_text())
-    for key in ("baseline_step_time_s", "optimized_step_time_s", "parameters", "history"):
+    result = json.loads((tmp_path / "o" / "optimize.json").read_text())
+    for key in ("baseline_step_time_s", "optimized_step_time_s", "parameters", "history", "units"):
         assert key in result
     assert result["optimized_step_time_s"] <= result["baseline_step_time_s"] * (1 + 1e-9)
-    assert result["cost"] <= data["optimize"]["budget"] * (1 + 1e-9)
+    assert result["optimized_cost"] <= data["optimize"]["budget"] * (1 + 1e-9) and result["budget"] == 100000
+    assert result["baseline_cost"] == pytest.approx(75200.0)  # 4:1 spines and the 800 Gbps x 30 km link
     assert result["parameters"]["b0/spine_up"]["unit"] == "ratio"
     assert result["parameters"]["b0/spine_up"]["value"] in (1, 2, 4, 8)
     assert len(result["history"]) == 15
-    assert (tmp_path / "o" / "loss.png").stat().st_size > 0 and (tmp_path / "o" / "breakdown.png").exists()
+    assert (tmp_path / "o" / "optimize_loss.png").stat().st_size > 0
+    assert (tmp_path / "o" / "optimize_breakdown.png").exists()
 
 
 def test_cli_sweep(tmp_path):
@@ -226,7 +228,9 @@ def test_cli_sweep(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(data))
     assert cli.main(["sweep", str(path), "--out", str(tmp_path / "s"), "--quiet"]) == 0
-    rows = json.loads((tmp_path / "s" / "sweep.json").read_text())
+    table = json.loads((tmp_path / "s" / "sweep.json").read_text())
+    assert table["parameter_units"] == {"long_haul/b0-b1": "bytes/s", "b0/spine_up": "ratio"}
+    rows = table["rows"]
     assert len(rows) == 4 and {r["long_haul/b0-b1"] for r in rows} == {25e9, 200e9}
     slow = [r["step_time_s"] for r in rows if r["long_haul/b0-b1"] == 25e9]
     fast = [r["step_time_s"] for r in rows if r["long_haul/b0-b1"] == 200e9]
@@ -254,7 +258,7 @@ def test_shipped_configs_load_and_say_what_they_reproduce(name):
 def test_shipped_configs_run(name, tmp_path):
     path = os.path.join(HERE, "..", "configs", f"{name}.yaml")
     assert cli.main(["run", path, "--out", str(tmp_path), "--quiet"]) == 0
-    result = json.loads((tmp_path / "result.json").read_text())
+    result = json.loads((tmp_path / "run.json").read_text())
     assert np.isfinite(result["step_time_s"]) and result["step_time_s"] > 0
 
 
@@ -269,13 +273,14 @@ def test_cli_failures_and_result_file_permissions(tmp_path):
         assert cli.main(["run", str(path), "--out", str(tmp_path / "r"), "--quiet"]) == 0
     finally:
         os.umask(old)
-    result = json.loads((tmp_path / "f" / "result.json").read_text())
+    result = json.loads((tmp_path / "f" / "failures.json").read_text())
     job = result["jobs"]["llm"]
-    run = json.loads((tmp_path / "r" / "result.json").read_text())
+    run = json.loads((tmp_path / "r" / "run.json").read_text())
     assert job["healthy_step_time_s"] == pytest.approx(run["step_time_s"], rel=1e-12)
     assert result["failures"] == ["b0/border-b1/border down"] and job["disconnected"] == result["failures"]
     assert job["expected_step_time_s"] is None  # the only failure cuts the job in two: no finite expectation
-    assert (tmp_path / "f" / "result.json").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "f" / "failures.json").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "f" / "failures.png").stat().st_mode & 0o777 == 0o644
     del data["failures"]
     path.write_text(yaml.safe_dump(data))
     assert cli.main(["failures", str(path), "--out", str(tmp_path / "g"), "--quiet"]) == 2

@@ -212,7 +212,7 @@ def test_cli_run_reports_time_to_train(tmp_path, capsys):
     path.write_text(json.dumps(data))
     assert cli.main(["run", str(path), "--out", str(tmp_path)]) == 0
     assert "effective training time" in capsys.readouterr().out
-    result = json.loads((tmp_path / "result.json").read_text())
+    result = json.loads((tmp_path / "run.json").read_text())
     for key in ("time_to_train_days", "effective_training_time", "interruptions_per_day", "checkpoint_interval_s",
                 "time_to_train_p50_days", "time_to_train_p90_days"):
         assert math.isfinite(result[key]), key

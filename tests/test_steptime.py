@@ -87,7 +87,7 @@ def test_breakdown_adds_up_and_names_the_domains():
     total = sum(float(v) for v in res.breakdown.values())
     assert total == pytest.approx(float(res.step_time), rel=1e-12)
     assert all(float(v) >= -1e-15 for v in res.breakdown.values())
-    assert plan.domains["tp_all_gather"] == "scale_up" and plan.domains["dp"] == "scale_out"
+    assert plan.domains["tp_all_gather"] == "scale_up" and plan.domains["dp_all_reduce"] == "scale_out"
     assert float(res.by_domain["scale_up"]) == pytest.approx(float(res.breakdown["tp"]))
     for report in res.collectives.values():
         assert 0 < float(report["bound_seconds"]) <= float(report["seconds"]) * (1 + 1e-12)
@@ -123,7 +123,7 @@ def test_a_dp_ring_across_1000_km_pays_its_latency_terms():
     steps = far[2].dp.steps
     assert steps == 2 * (16 - 1)
     assert t_far - t_near >= steps * 1000 * 4.9e-6 * (1 - 1e-9)
-    assert far[2].domains["dp"] == "scale_across"
+    assert far[2].domains["dp_all_reduce"] == "scale_across"
 
 
 def test_step_time_gradient_matches_finite_differences():

@@ -89,7 +89,7 @@ class Space:
         seen = set()
         for k in self.knobs:
             if k.group not in self.info.groups:
-                raise ValueError(f"knobs: unknown link group {k.group!r}")
+                raise ValueError(f"knobs: unknown link group {k.group!r}; known: {', '.join(sorted(self.info.groups))}")
             if k.group in seen:
                 raise ValueError(f"knobs: group {k.group!r} is listed twice")
             seen.add(k.group)
@@ -120,6 +120,16 @@ class Space:
 
     def network(self, base: Network, z) -> Network:
         return apply_groups(base, self.info, self.values(z))
+
+    def cost_at(self, values: Mapping[str, float]) -> float:
+        """Cost of the knobs' links at group ``values`` (ratio or bytes/s), inside the box or not."""
+        price = self.cost.link_prices(self.info)
+        total = 0.0
+        for k in self.knobs:
+            g = self.info.groups[k.group]
+            v = values[k.group]
+            total += float(np.sum(price[g.links] * g.coef)) * (v if g.kind == CAPACITY else 1.0 / v)
+        return total
 
     def cost_line(self) -> tuple[float, np.ndarray]:
         """Cost of the knobs' links = a + b . z."""
@@ -268,37 +278,6 @@ def minimize(objective: Callable, network: Network, space: Space, *, exact: Call
                   cost=float(a + np.dot(b, np.asarray(pos.z))), history=history,
                   network=space.network(network, pos.z), logits=dict(pos.logits),
                   restarts=[run[0] for run in runs])
-
-
-def round_to_allowed(result: Result, network: Network, space: Space, exact: Callable, *,
-                     budget: float | None = None) -> Result:
-    """Snap knobs that list ``allowed`` values to the nearest one (in the capacity-linear quantity),
-    stepping down to cheaper values while over budget, and re-evaluate with ``exact``."""
-    values = {g: p["value"] for g, p in result.parameters.items()}
-    a, b = space.cost_line()
-
-    def cost(vals):
-        return a + float(np.dot(b, space.positions(vals)))
-
-    for k in space.knobs:
-        if k.allowed:
-            target = space.positions(values)[space.knobs.index(k)]
-            options = sorted(k.allowed, key=lambda v: abs(space.positions({**values, k.group: v})
-                                                          [space.knobs.index(k)] - target))
-            values[k.group] = options[0]
-    for k in space.knobs:
-        while k.allowed and budget is not None and cost(values) > budget * (1 + 1e-12):
-            cheaper = [v for v in k.allowed if cost({**values, k.group: v}) < cost(values)]
-            if not cheaper:
-                break
-            values[k.group] = min(cheaper, key=lambda v: abs(cost({**values, k.group: v}) - cost(values)))
-    if budget is not None and cost(values) > budget * (1 + 1e-12):
-        raise ValueError(f"rounding: no allowed values fit the budget {budget:.6g} (best {cost(values):.6g})")
-    z = jnp.asarray(space.positions(values))
-    net = space.network(network, z)
-    final = float(exact(net, result.logits))
-    params = {g: {"value": float(v), "unit": space.info.groups[g].unit} for g, v in values.items()}
-    return dataclasses.replace(result, optimized=final, parameters=params, cost=cost(values), network=net)
 
 
 def _best_of(candidates: np.ndarray, exact: Callable, network: Network, space: Space, budget, logits, who: str):

@@ -102,6 +102,7 @@ def plan_training(job: Training, info: FabricInfo, router: Router, *, policy: st
             a, c = grid[:, s].reshape(-1), grid[:, (s + 1) % p].reshape(-1)
             pp_fwd[s] = rp(send_recv(a, c, shard))
             pp_bwd[s] = rp(send_recv(c, a, shard))
+        sizes["pp_send_recv"] = ("send_recv", shard, 2)
 
     V = p * v
     layers = _stage_layers(model.layers, V)
@@ -123,13 +124,15 @@ def plan_training(job: Training, info: FabricInfo, router: Router, *, policy: st
             stage.append(np.full(ph[0].num_flows, k))
             steps = ph[0].steps
         merged = Phase(np.concatenate(src), np.concatenate(dst), np.concatenate(size), steps)
+        per_rank = [params[s::p].sum() / par.tp * job.grad_bytes for s in range(p)]  # a rank holds v stages
+        sizes["dp_all_reduce"] = ("all_reduce", float(max(per_rank)), par.dp * par.cp)
         dp_plan, dp_stage = route_phase(merged, router, policy, seed=seed, qps=qps), np.concatenate(stage)
 
     domains = {name: phases[0].domain for name, phases in collectives.items()}
     if p > 1:
-        domains["pp"] = pp_fwd[0][0].domain
+        domains["pp_send_recv"] = pp_fwd[0][0].domain
     if dp_plan is not None:
-        domains["dp"] = dp_plan.domain
+        domains["dp_all_reduce"] = dp_plan.domain
     return TrainingPlan(job, grid, layers, collectives, pp_fwd, pp_bwd, dp_plan, dp_stage,
                         one_f_one_b(p, job.micro_batches, v), domains, sizes)
 
@@ -142,10 +145,13 @@ class StepResult:
     ``ep``) of the busiest pipeline rank, ``pipeline`` (bubble and waits for point-to-point sends on
     that rank), ``dp`` (DP reduction left exposed after the pipeline drains). ``by_domain`` puts the
     exposed communication into scale-up / scale-out / scale-across by the links its flows cross.
-    ``collectives`` gives each per-layer kind's time per call (``seconds``), its bandwidth bound (max
-    over links of bytes / capacity, plus the same latency term), efficiency = bound / time, and
-    nccl-tests' algbw (bytes / time, bytes/s) and busbw (algbw x the collective's factor, bytes/s);
-    the plan's ``domains`` says which domain each kind crosses.
+    ``collectives`` gives every collective kind of the step (per-layer ``tp_all_gather``, ...,
+    ``pp_send_recv``: the slowest rank's send, ``dp_all_reduce``: from the first stage's reduction
+    start to the last one's end) its time per call (``seconds``), its bandwidth bound (max over
+    links of bytes / capacity, plus the same latency term), efficiency = bound / time, and
+    nccl-tests' algbw (bytes / time, bytes/s; ``bytes`` per rank, for DP the fullest rank's
+    gradients) and busbw (algbw x the collective's factor, bytes/s); the plan's ``domains`` says
+    which domain each kind crosses.
     """
 
     step_time: object
@@ -275,14 +281,24 @@ def _step_numbers(plan: TrainingPlan, capacity, latency, background, logits, opt
     parts["pipeline"] = pipeline_end - sum(parts.values())
     parts["dp"] = dp_exposed
     by_domain = {d: 0.0 for d in DOMAINS}
-    for kind, key in (("tp_all_gather", "tp"), ("cp_all_gather", "cp"), ("ep_all_to_all", "ep"), ("dp", "dp")):
+    for kind, key in (("tp_all_gather", "tp"), ("cp_all_gather", "cp"), ("ep_all_to_all", "ep"),
+                      ("dp_all_reduce", "dp")):
         if kind in plan.domains:
             by_domain[plan.domains[kind]] = by_domain[plan.domains[kind]] + parts[key]
     report = {}
-    for kind in plan.collectives:
-        names = [n for n in seconds if n.startswith(kind + "[")]
-        time = sum(seconds[n] for n in names)
-        bound = sum(_bound(phases[n], capacity, latency, options.step_latency) for n in names)
+    for kind in plan.sizes:
+        if kind == "pp_send_recv":  # per call: the slowest rank's send (forward; backward is the same size)
+            per_rank = [[n for n in seconds if n.startswith(f"pp_forward[{r}][")] for r in range(par.pp)]
+            time = _max_all([sum(seconds[n] for n in names) for names in per_rank if names])
+            bound = _max_all([sum(_bound(phases[n], capacity, latency, options.step_latency) for n in names)
+                              for names in per_rank if names])
+        elif kind == "dp_all_reduce":  # from the first stage's reduction start to the last one's end
+            time = dp_finish - jnp.min(starts)
+            bound = _bound(phases["dp"], capacity, latency, options.step_latency)
+        else:
+            names = [n for n in seconds if n.startswith(kind + "[")]
+            time = sum(seconds[n] for n in names)
+            bound = sum(_bound(phases[n], capacity, latency, options.step_latency) for n in names)
         collective, size, n = plan.sizes[kind]
         report[kind] = {"seconds": time, "bound_seconds": bound, "efficiency": bound / time,
                         "bytes": size, "ranks": n, "algbw": size / time,

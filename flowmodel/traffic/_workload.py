@@ -151,6 +151,7 @@ class Training:
       grad_bytes: bytes per gradient element in the DP reduction.
       ranks: the job's GPU ranks (default: 0 .. size-1).
       algorithm: all-reduce algorithm of the DP gradient reduction.
+      hbm: memory per GPU (bytes; H100 SXM: 80 GB); ``memory()`` must fit in it (docs/sources.md).
       tokens, steps: how much to train (either, for the time to train; ``training_steps``).
     """
 
@@ -164,6 +165,7 @@ class Training:
     ranks: tuple[int, ...] | None = None
     algorithm: str = "ring"
     name: str = "training"
+    hbm: float = 80e9
     tokens: float | None = None
     steps: int | None = None
 
@@ -198,6 +200,13 @@ class Training:
             object.__setattr__(self, "ranks", tuple(int(r) for r in self.ranks))
             if len(set(self.ranks)) != len(self.ranks):
                 raise ValueError("training.ranks: a GPU rank is listed twice")
+        _pos("training.hbm", self.hbm)
+        static = self.memory()
+        static = static["weights"] + static["gradients"] + static["optimizer"]
+        if static > self.hbm:
+            raise ValueError(f"training.hbm: weights, gradients and optimizer state need {static / 1e9:.1f} GB per GPU "
+                             f"(tp x pp = {par.tp} x {par.pp}), more than hbm = {self.hbm / 1e9:.0f} GB; shard the "
+                             f"model further or raise hbm")
 
     @property
     def training_steps(self) -> int | None:
@@ -209,6 +218,32 @@ class Training:
     @property
     def micro_batches(self) -> int:
         return self.global_batch // (self.parallelism.dp * self.micro_batch)
+
+    def memory(self) -> dict[str, float]:
+        """Estimated bytes per GPU on the fullest pipeline rank (docs/sources.md, "Memory per GPU").
+
+        ``weights`` (``dtype_bytes`` per parameter) and ``gradients`` (``grad_bytes``) of the rank's
+        layers (and embeddings on the first and last stage) over TP, MoE experts also over EP;
+        ``optimizer``: Adam's fp32 master weights and two moments (12 bytes per parameter) sharded
+        over DP x CP (a distributed optimizer); ``activations``: the micro-batches the 1F1B schedule
+        holds in flight on its first rank, 34 x s x b x h / (tp x cp) bytes per layer each (tensor and
+        sequence parallelism with selective recomputation).
+        """
+        par, model = self.parallelism, self.model
+        p, v = par.pp, par.virtual_stages
+        V = p * v
+        stage_layers = np.array([len(a) for a in np.array_split(np.arange(model.layers), V)])
+        expert = model.experts * 3 * model.hidden * model.expert_ffn
+        per_layer = (model.layer_params - expert) / par.tp + expert / (par.tp * par.ep)
+        embedding = model.vocab * model.hidden / par.tp
+        params = [stage_layers[s::p].sum() * per_layer + embedding * ((s == 0) + (s == p - 1)) for s in range(p)]
+        fullest = max(params)
+        in_flight = min(self.micro_batches * v, (p - 1) * 2 + (v - 1) * p + 1 if v > 1 else p)  # chunks, rank 0
+        layers_per_chunk = stage_layers[0::p].sum() / v
+        activation = 34 * model.seq_len * self.micro_batch * model.hidden / (par.tp * par.cp) * model.dtype_bytes / 2
+        return {"weights": fullest * model.dtype_bytes, "gradients": fullest * self.grad_bytes,
+                "optimizer": 12 * fullest / (par.dp * par.cp),
+                "activations": in_flight * layers_per_chunk * activation}
 
     def job_ranks(self, num_gpus: int) -> np.ndarray:
         """The job's GPU ranks, checked against the parallelism and a fabric of ``num_gpus`` GPUs."""
