@@ -14,7 +14,8 @@ link groups, failures, ASTRA-sim import), routing (candidate paths, ECMP / spray
 traffic (collectives, models, parallelism), steptime (phase times, pipeline schedules, training steps,
 several workloads), optimize (min-MLU splits, budgeted search); scenario (a typed scenario and its
 prepared model: the one assembly every command uses), config (YAML -> scenario), sweep (vmap,
-devices, processes), resilience (failure scenarios), cli (the ``flowmodel`` command);
+devices, processes), resilience (failure scenarios), reliability (time to train under failures,
+checkpoints and restarts), cli (the ``flowmodel`` command);
 reference (float64 oracles and certificates), peers.simgrid (the SimGrid cross-check).
 """
 
@@ -23,6 +24,7 @@ from . import fabric as fabric
 from . import kernels as kernels
 from . import optimize as optimize
 from . import reference as reference
+from . import reliability as reliability
 from . import resilience as resilience
 from . import routing as routing
 from . import scenario as scenario

@@ -7,8 +7,10 @@ function (``Model.fleet``): ``run`` at the scenario's own network, ``optimize`` 
 Each command writes its own files into ``DIR`` (default ``out/<config name>``), so commands never
 overwrite each other: ``run.json``; ``optimize.json``, ``optimize_loss.png``,
 ``optimize_breakdown.png``; ``sweep.json``, ``sweep.csv``, ``sweep.png``; ``failures.json``,
-``failures.png``. Keys end in their unit (``_s`` seconds, ``_Bps`` bytes/s, ``_bytes``); every
-JSON file says so in its ``units`` map. The output folder is checked before any work, files are
+``failures.png`` (``run.json`` adds the time to train when the scenario has a ``reliability``
+section: ``time_to_train_days``, ``effective_training_time``, ``interruptions_per_day``,
+``checkpoint_interval_s``, ...). Keys end in their unit (``_s`` seconds, ``_Bps`` bytes/s,
+``_bytes``); every JSON file says so in its ``units`` map. The output folder is checked before any work, files are
 written whole or not at all, and a bad config or argument exits with status 2 and one line naming
 the key and the value.
 """
@@ -107,12 +109,20 @@ def cmd_run(scenario, out: str, quiet: bool) -> dict:
     model = _prepare(scenario, quiet)
     _say(quiet)("compile and evaluate")
     result = fleet_result(model, model.evaluate())
+    lines = []
+    if scenario.reliability is not None:  # time to train under failures, checkpoints and restarts
+        from . import reliability
+
+        figures, lines = reliability.report(model)
+        result.update(figures, units={**result["units"], **reliability.UNITS})
     result["wall_time_s"] = time.perf_counter() - t0
     if not quiet:
         for name, job in result["jobs"].items():
             _table(job["breakdown_s"], f"{name}: step time {job['step_time_s']:.4f} s")
         for name, seconds in result["kv_transfer_s"].items():
             print(f"\n{name}: KV transfer of one request {seconds * 1e3:.2f} ms")
+        if lines:
+            print("\n" + "\n".join(lines))
     write_json(os.path.join(out, "run.json"), result)
     return result
 

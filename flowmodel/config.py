@@ -42,7 +42,7 @@ from . import _units
 from .fabric import Clos, Fleet, LongHaul, ScaleUp, Site, full_mesh, ring
 from .optimize import CostModel, Knob
 from .scenario import FailureSet, Routing, Scenario, Search, SweepGrid
-from .steptime import Congestion, Options
+from .steptime import CABLES, SWITCHES, Component, Congestion, Options, Reliability
 from .traffic import Background, Inference, Model, Parallelism, Training, llama3_405b
 
 
@@ -146,6 +146,8 @@ TRAINING = {
     "grad_bytes": ("int", 2, "bytes per gradient element in the DP reduction"),
     "algorithm": ("str", "ring", "all-reduce algorithm of the DP reduction: `ring` or `tree`"),
     "first_rank": ("int", 0, "the job's first GPU rank; it runs on the next tp x cp x pp x dp ranks"),
+    "tokens": ("float", None, "tokens to train on (for the time to train; write 1.5e+13: YAML needs the sign)"),
+    "steps": ("int", None, "steps to train, instead of tokens"),
 }
 INSTANCES = {
     "first_rank": ("int", REQUIRED, "first GPU rank of the first instance"),
@@ -212,6 +214,47 @@ FAILURES = {
     "probability": ("float", 0.01, "weight of each failure scenario"),
     "healthy_weight": ("float", 1.0, "weight of the healthy fabric"),
 }
+COMPONENT = {
+    "rate_per_day": ("float", 0.0, "failures per component per day (e.g. 2.8e-4 per GPU-day, docs/sources.md)"),
+    "repair": ("time", 0.0, "time to repair or replace it: how long a failure the fabric routes around "
+                            "degrades the job (an interrupted job restarts on spares without waiting)"),
+}
+CHECKPOINT = {
+    "bytes_per_parameter": ("float", 14.0, "checkpoint bytes per model parameter (bf16 weights, fp32 master "
+                                           "weights and Adam moments: 14)"),
+    "size": ("size", None, "checkpoint size, instead of bytes_per_parameter"),
+    "interval": ("time", None, "work between checkpoints (default: the exact optimum)"),
+    "mode": ("str", "pause", "`pause` (the job waits for the write) or `overlap` (the write runs alongside it)"),
+    "snapshot": ("time", 0.0, "the job's pause per checkpoint under `overlap` (copy to host memory)"),
+}
+STORAGE = {
+    "bandwidth": ("bandwidth", 100e9, "into (and out of) each site's storage, attached to its top-tier switches"),
+    "capacity": ("size", None, "what each site's storage holds (default: unbounded)"),
+}
+RESTART = {
+    "detection": ("time", 0.0, "from an interruption to its detection"),
+    "rescheduling": ("time", 0.0, "from detection to the job rescheduled on spares (the checkpoint read follows)"),
+}
+MONTE_CARLO = {
+    "runs": ("int", 1000, "seeded Monte Carlo runs (p50 / p90 of the time to train)"),
+    "seed": ("int", 0, "seed of the runs"),
+    "weibull_shape": ("float", 1.0, "shape of the inter-arrival times (1: exponential, the analytic model's)"),
+}
+RELIABILITY = {
+    "gpu": (COMPONENT, None, "each GPU (with its HBM); interrupts the job"),
+    "host": (COMPONENT, None, "each host of gpus_per_host GPUs; interrupts the job"),
+    "nic": (COMPONENT, None, "each GPU's NIC; interrupts the job"),
+    "site_power": (COMPONENT, None, "each site the job runs in; the job waits for the repair to restart"),
+    "switches": ({k: (COMPONENT, None, f"each {k} switch the job's routes cross") for k in SWITCHES}, None,
+                 "per switch kind: interrupts or degrades the job as the fabric re-routes around one"),
+    "cables": ({k: (COMPONENT, None, f"each {k} cable the job's routes cross") for k in CABLES}, None,
+               "per link tier: interrupts or degrades the job as the fabric re-routes around one"),
+    "gpus_per_host": ("int", 8, "GPUs per host"),
+    "checkpoint": (CHECKPOINT, {}, "what is saved, how often, and whether the job waits for it"),
+    "storage": (STORAGE, {}, "each site's checkpoint storage"),
+    "restart": (RESTART, {}, "what an interruption costs besides the lost work and the checkpoint read"),
+    "monte_carlo": (MONTE_CARLO, {}, "the seeded simulation beside the analytic expectation"),
+}
 SCENARIO = {
     "name": ("str", "scenario", "the scenario's name (printed and written to results)"),
     "fabric": (FABRIC, REQUIRED, "sites, long-haul links and routing"),
@@ -220,6 +263,8 @@ SCENARIO = {
     "optimize": (OPTIMIZE, None, "what `flowmodel optimize` may change, at what cost"),
     "sweep": (SWEEP, None, "what `flowmodel sweep` evaluates"),
     "failures": (FAILURES, None, "what `flowmodel failures` fails"),
+    "reliability": (RELIABILITY, None, "failure rates, checkpoints and restarts: `flowmodel run` adds the time to "
+                                       "train (needs tokens or steps on a training job)"),
 }
 
 MODEL_PRESETS = {"llama3-405b": llama3_405b}
@@ -434,7 +479,29 @@ def parse(data: Any) -> Scenario:
     failures = None if fl is None else _make(FailureSet, dict(fl), "failures")
     return _make(Scenario, dict(name=raw["name"], fleet=fleet, routing=routing, training=tuple(training),
                                 inference=tuple(inference), background=tuple(background), options=model_options,
-                                optimize=search, sweep=sweep, failures=failures), "")
+                                optimize=search, sweep=sweep, failures=failures,
+                                reliability=_reliability(raw["reliability"])), "")
+
+
+def _reliability(r: dict | None) -> Reliability | None:
+    if r is None:
+        return None
+
+    def component(c: dict | None) -> Component:
+        return Component() if c is None else Component(**c)
+
+    def by_name(section: dict | None) -> tuple:
+        return tuple((k, component(c)) for k, c in (section or {}).items() if c is not None)
+
+    ck, st, rs, mc = r["checkpoint"], r["storage"], r["restart"], r["monte_carlo"]
+    return _make(Reliability, dict(
+        gpu=component(r["gpu"]), host=component(r["host"]), nic=component(r["nic"]),
+        site_power=component(r["site_power"]), switches=by_name(r["switches"]), cables=by_name(r["cables"]),
+        gpus_per_host=r["gpus_per_host"], bytes_per_parameter=ck["bytes_per_parameter"], checkpoint_size=ck["size"],
+        checkpoint_mode=ck["mode"], snapshot=ck["snapshot"], interval=ck["interval"],
+        storage_bandwidth=st["bandwidth"], storage_capacity=st["capacity"],
+        detection=rs["detection"], rescheduling=rs["rescheduling"], weibull_shape=mc["weibull_shape"],
+        runs=mc["runs"], seed=mc["seed"]), "reliability")
 
 
 def override(data: Any, assignment: str) -> Any:

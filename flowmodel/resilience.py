@@ -199,6 +199,15 @@ def degraded_step_times(model: Model, masks) -> jax.Array:
     return jax.jit(jax.vmap(one))(masks)
 
 
+def carry_groups(model: Model, failed_model: Model, network: Network, groups: Sequence[str] | None = None) -> Network:
+    """``failed_model``'s network with the values that ``network`` (one of ``model``'s) gives to
+    ``groups`` (default: every group), where its links survive: what makes a failure's step time a
+    differentiable function of the healthy fabric's parameters."""
+    values = group_values(network, model.info, groups)
+    return apply_groups(failed_model.network, failed_model.info,
+                        {k: v for k, v in values.items() if k in failed_model.info.groups})
+
+
 def expected_objective(model: Model, scenarios: Sequence[Failure], groups: Sequence[str], *,
                        healthy_weight: float = 1.0, options: Options | None = None):
     """(objective, exact, disconnected) for ``optimize.minimize``: the probability-weighted mean of the
@@ -224,14 +233,11 @@ def expected_objective(model: Model, scenarios: Sequence[Failure], groups: Seque
         cases.append((weight, m))
     total = sum(w for w, _ in cases)
 
-    def here(m: Model, net: Network) -> Network:
-        values = group_values(net, model.info, groups)
-        return apply_groups(m.network, m.info, {k: v for k, v in values.items() if k in m.info.groups})
-
     def objective(net, logits):
-        return sum(w / total * m.step_time(here(m, net), options.relaxed()) for w, m in cases)
+        return sum(w / total * m.step_time(carry_groups(model, m, net, groups), options.relaxed()) for w, m in cases)
 
     def exact(net, logits):
-        return float(sum(w / total * m.evaluate(here(m, net), options.exact()).step_time for w, m in cases))
+        return float(sum(w / total * m.evaluate(carry_groups(model, m, net, groups), options.exact()).step_time
+                         for w, m in cases))
 
     return objective, exact, lost

@@ -2,13 +2,14 @@
 
 A :class:`Scenario` is typed: a fleet, a :class:`Routing` section, the workloads (training jobs,
 inference services, background classes), the model :class:`~flowmodel.steptime.Options`, and the
-optional ``optimize`` (:class:`Search`), ``sweep`` (:class:`SweepGrid`) and ``failures``
-(:class:`FailureSet`) sections. ``config.load`` reads one from YAML; Python code builds one
-directly. ``prepare(scenario)`` turns it into a :class:`Model`: the compiled network, fabric info,
-router, the routed plan of every job, the constant load of inference and background classes, and
-the routed KV transfer of every inference service. Every command (``run``, ``optimize``, ``sweep``,
-``failures``), the optimizer's objective, sweeps, failure analysis and the experiments evaluate a
-scenario through ``Model.fleet`` / ``Model.step_time``: one function of (prepared model, network).
+optional ``optimize`` (:class:`Search`), ``sweep`` (:class:`SweepGrid`), ``failures``
+(:class:`FailureSet`) and ``reliability`` (:class:`~flowmodel.steptime.Reliability`) sections.
+``config.load`` reads one from YAML; Python code builds one directly. ``prepare(scenario)`` turns
+it into a :class:`Model`: the compiled network, fabric info, router, the routed plan of every job,
+the constant load of inference and background classes, and the routed KV transfer of every
+inference service. Every command (``run``, ``optimize``, ``sweep``, ``failures``), the optimizer's
+objective, sweeps, failure analysis and the experiments evaluate a scenario through
+``Model.fleet`` / ``Model.step_time``: one function of (prepared model, network).
 
 >>> import jax; jax.config.update("jax_enable_x64", True)
 >>> from flowmodel import fabric as fb, scenario as sc, traffic as tr
@@ -39,6 +40,7 @@ from .steptime import (
     EXACT,
     FleetResult,
     Options,
+    Reliability,
     RoutedPhase,
     TrainingPlan,
     check_workloads,
@@ -164,12 +166,15 @@ class Scenario:
     optimize: Search | None = None
     sweep: SweepGrid | None = None
     failures: FailureSet | None = None
+    reliability: Reliability | None = None
 
     def __post_init__(self):
         for key in ("training", "inference", "background"):
             object.__setattr__(self, key, tuple(getattr(self, key)))
         if not self.training and not self.inference:
             raise ValueError("workloads: needs at least one training job or inference service")
+        if self.reliability is not None and all(job.training_steps is None for job in self.training):
+            raise ValueError("workloads.training: the reliability section needs a training job with tokens or steps")
 
     def warnings(self) -> list[str]:
         """What is legal but probably not meant: GPUs no workload uses, a job whose estimated memory

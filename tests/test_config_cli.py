@@ -245,7 +245,8 @@ def test_cli_sweep(tmp_path):
     assert cli.main(["sweep", str(path), "--out", str(tmp_path / "bad"), "--quiet"]) == 2
 
 
-SHIPPED = ["quickstart", "llama3_24k", "multi_building_129k", "dsf_vs_ecmp", "mixed_workloads", "gw_regional_ring"]
+SHIPPED = ["quickstart", "llama3_24k", "multi_building_129k", "dsf_vs_ecmp", "mixed_workloads", "gw_regional_ring",
+           "time_to_train"]
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -257,7 +258,7 @@ def test_shipped_configs_load_and_say_what_they_reproduce(name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["dsf_vs_ecmp", "mixed_workloads", "gw_regional_ring"])
+@pytest.mark.parametrize("name", ["dsf_vs_ecmp", "mixed_workloads", "gw_regional_ring", "time_to_train"])
 def test_shipped_configs_run(name, tmp_path):
     path = os.path.join(HERE, "..", "configs", f"{name}.yaml")
     assert cli.main(["run", path, "--out", str(tmp_path), "--quiet"]) == 0

@@ -124,6 +124,8 @@ WALK = {
         "algorithm": ({}, "ring", "tree", "step"),
         "first_rank": ({f"{BG}.src": [0, 1, 2, 3]}, 32, 0, "step"),
         "hbm": "a guard: the job's estimated memory per GPU must fit in it (tests/test_front_door.py)",
+        "tokens": "how much to train: used by the reliability section (tests/test_reliability.py)",
+        "steps": "how much to train: used by the reliability section (tests/test_reliability.py)",
     },
     PAR: {
         "tp": ({}, KEEP, 4, "step"),

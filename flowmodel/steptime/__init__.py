@@ -34,6 +34,15 @@ from ._fleet import FleetResult as FleetResult
 from ._fleet import check_workloads as check_workloads
 from ._fleet import constant_load as constant_load
 from ._fleet import evaluate_fleet as evaluate_fleet
+from ._reliability import CABLES as CABLES
+from ._reliability import SWITCHES as SWITCHES
+from ._reliability import Component as Component
+from ._reliability import Reliability as Reliability
+from ._reliability import expected_wall_time as expected_wall_time
+from ._reliability import mean_step_time as mean_step_time
+from ._reliability import optimal_interval as optimal_interval
+from ._reliability import simulate as simulate
+from ._reliability import young_daly as young_daly
 from ._schedule import evaluate_schedule as evaluate_schedule
 from ._schedule import one_f_one_b as one_f_one_b
 from ._training import StepResult as StepResult

@@ -152,6 +152,7 @@ class Training:
       ranks: the job's GPU ranks (default: 0 .. size-1).
       algorithm: all-reduce algorithm of the DP gradient reduction.
       hbm: memory per GPU (bytes; H100 SXM: 80 GB); ``memory()`` must fit in it (docs/sources.md).
+      tokens, steps: how much to train (either, for the time to train; ``training_steps``).
     """
 
     model: Model
@@ -165,9 +166,18 @@ class Training:
     algorithm: str = "ring"
     name: str = "training"
     hbm: float = 80e9
+    tokens: float | None = None
+    steps: int | None = None
 
     def __post_init__(self):
         _int("training.global_batch", self.global_batch)
+        if self.tokens is not None:
+            _pos("training.tokens", self.tokens)
+        if self.steps is not None:
+            _int("training.steps", self.steps)
+            if self.tokens is not None:
+                raise ValueError(f"training.steps: give tokens or steps, not both (got {self.tokens!r} tokens "
+                                 f"and {self.steps!r} steps)")
         _int("training.micro_batch", self.micro_batch)
         _pos("training.peak_flops", self.peak_flops)
         if not 0 < self.efficiency <= 1:
@@ -197,6 +207,13 @@ class Training:
             raise ValueError(f"training.hbm: weights, gradients and optimizer state need {static / 1e9:.1f} GB per GPU "
                              f"(tp x pp = {par.tp} x {par.pp}), more than hbm = {self.hbm / 1e9:.0f} GB; shard the "
                              f"model further or raise hbm")
+
+    @property
+    def training_steps(self) -> int | None:
+        """Steps to train: ``steps``, or ``tokens`` over the tokens of one step (rounded up)."""
+        if self.tokens is None:
+            return self.steps
+        return math.ceil(self.tokens / (self.global_batch * self.model.seq_len))
 
     @property
     def micro_batches(self) -> int:
