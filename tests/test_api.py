@@ -34,7 +34,8 @@ def test_public_names():
         fm.reliability: ("plan", "time_to_train", "checkpoint_times", "monte_carlo", "report", "objective",
                          "Exposure", "JobReliability"),
         fm.optimize: ("split_for_min_mlu", "lp_min_mlu", "minimize", "baseline_value", "Space", "Knob", "CostModel",
-                      "grid_search", "random_search", "round_to_allowed"),
+                      "grid_search", "random_search", "finish", "refine", "optimality_check", "pareto",
+                      "budget_range", "Check", "Finish"),
         fm.scenario: ("Scenario", "Routing", "Search", "SweepGrid", "FailureSet", "Model", "prepare"),
         fm.reference: ("maxmin_rates", "maxmin_violations", "link_loads"),
     }

@@ -31,13 +31,12 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 jax.config.update("jax_enable_x64", True)
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import median_time, print_table, write_json  # noqa: E402
-
-import optax  # noqa: E402
 
 from flowmodel import config, optimize  # noqa: E402
 from flowmodel import scenario as sc  # noqa: E402
