@@ -1,8 +1,9 @@
 """Slow float64 NumPy oracles and independent certificates for the JAX kernels.
 
-The oracle solves max-min the textbook way (raise one common level, freeze at each saturation, one
+The max-min oracle solves it the textbook way (raise one common level, freeze at each saturation, one
 event per step) and shares no code with the kernels. The certificate checks the *definition* of a
-weighted max-min allocation, whatever produced it.
+weighted max-min allocation, whatever produced it. ``pipeline_schedule`` runs a pipeline schedule as
+a plain event simulation, the oracle of ``steptime.evaluate_schedule``.
 """
 
 from __future__ import annotations
@@ -137,3 +138,50 @@ def completion_times(routes, sizes, capacity, weights=None, rate_limit=None, sta
         done |= completing
         t = t_next
     return finish
+
+
+def pipeline_schedule(schedule, t_forward, t_backward, send_forward, send_backward):
+    """End time of every operation of a pipeline schedule, by a plain event simulation in float64.
+
+    ``schedule`` is ``one_f_one_b``'s per-rank op lists; the other arguments as in
+    ``steptime.evaluate_schedule``. Each rank runs its ops in order; an op starts when its rank is
+    free and its input has arrived (forward: the previous virtual stage's forward plus
+    ``send_forward``; backward: the next stage's backward plus ``send_backward``, or its own forward
+    on the last stage). Returns a dict ``(kind, micro-batch, virtual stage) -> end time`` and per
+    rank the end of its last op.
+    """
+    p = len(schedule)
+    V = len(t_forward)
+    tf, tb = [float(x) for x in t_forward], [float(x) for x in t_backward]
+    sf, sb = [float(x) for x in send_forward], [float(x) for x in send_backward]
+    end: dict[tuple[str, int, int], float] = {}
+    free = [0.0] * p
+    cursor = [0] * p
+    remaining = sum(len(ops) for ops in schedule)
+    while remaining:
+        progressed = False
+        for s in range(p):
+            while cursor[s] < len(schedule[s]):
+                kind, mb, k = schedule[s][cursor[s]]
+                if kind == "F":
+                    dep = ("F", mb, k - 1) if k > 0 else None
+                    arrive = 0.0 if dep is None else None
+                    if dep is not None and dep in end:
+                        arrive = end[dep] + sf[(k - 1) % p]
+                    duration = tf[k]
+                else:
+                    dep = ("F", mb, k) if k == V - 1 else ("B", mb, k + 1)
+                    arrive = None
+                    if dep in end:
+                        arrive = end[dep] if k == V - 1 else end[dep] + sb[k % p]
+                    duration = tb[k]
+                if arrive is None:
+                    break  # waits for another rank
+                end[(kind, mb, k)] = max(free[s], arrive) + duration
+                free[s] = end[(kind, mb, k)]
+                cursor[s] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            raise RuntimeError("pipeline schedule deadlocked: an operation waits for one that never runs")
+    return end, free

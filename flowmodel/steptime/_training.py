@@ -29,7 +29,7 @@ from ..routing import Router
 from ..traffic._collectives import Phase, all_gather, all_reduce, all_to_all, bus_factor, reduce_scatter, send_recv
 from ..traffic._workload import Training
 from ._comm import DOMAINS, EXACT, Options, RoutedPhase, phase_finish, phase_time, residual_capacity, route_phase
-from ._schedule import evaluate_schedule, one_f_one_b
+from ._schedule import Schedule, evaluate_schedule, one_f_one_b
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -44,7 +44,7 @@ class TrainingPlan:
     pp_backward: list[list[RoutedPhase] | None]
     dp: RoutedPhase | None  # every virtual stage's DP reduction in one phase
     dp_stage: np.ndarray  # int64[F] virtual stage of each DP flow
-    schedule: list
+    schedule: Schedule  # the 1F1B DAG, prepared once
     domains: dict[str, str]
     sizes: dict[str, tuple[str, float, int]]  # per-layer kind -> (collective, bytes, ranks per group)
 
@@ -134,7 +134,7 @@ def plan_training(job: Training, info: FabricInfo, router: Router, *, policy: st
     if dp_plan is not None:
         domains["dp_all_reduce"] = dp_plan.domain
     return TrainingPlan(job, grid, layers, collectives, pp_fwd, pp_bwd, dp_plan, dp_stage,
-                        one_f_one_b(p, job.micro_batches, v), domains, sizes)
+                        Schedule.build(one_f_one_b(p, job.micro_batches, v)), domains, sizes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,14 +257,12 @@ def _step_numbers(plan: TrainingPlan, capacity, latency, background, logits, opt
     send_f = [t(f"pp_forward[{s}]") for s in range(par.pp)]
     send_b = [t(f"pp_backward[{s}]") for s in range(par.pp)]
 
-    end, free = evaluate_schedule(plan.schedule, t_forward, t_backward, send_f, send_b)
-    pipeline_end = _max_all(free)
+    times = evaluate_schedule(plan.schedule, t_forward, t_backward, send_f, send_b)
+    pipeline_end = jnp.max(times.free)
     finish, dp_exposed = pipeline_end, 0.0
     m = job.micro_batches
     if "dp" in phases:
-        last_backward = jnp.stack([jnp.asarray(_max_all([end[("B", mb, k)] for mb in range(m)]), capacity.dtype)
-                                   for k in range(V)])
-        starts = last_backward[plan.dp_stage]  # each stage's reduction starts when its gradients are complete
+        starts = times.last_backward.astype(capacity.dtype)[plan.dp_stage]  # each stage's reduction starts when its gradients are complete
         if options.smooth:
             dp_finish = phase_time(phases["dp"], capacity, latency, options, start_times=starts)
         else:
@@ -312,10 +310,3 @@ def _bound(ph: RoutedPhase, capacity, latency, step_latency):
     hop = jnp.max(route_latency(jnp.asarray(ph.sub.routes), latency))
     return scheduled_bound(ph.sub.routes, ph.sub.sizes(ph.sizes), capacity) + ph.steps * (hop + step_latency)
 
-
-def _max_all(values):
-    values = list(values)
-    out = values[0]
-    for x in values[1:]:
-        out = max(out, x) if isinstance(out, float) and isinstance(x, float) else jnp.maximum(out, x)
-    return out
