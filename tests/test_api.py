@@ -29,15 +29,15 @@ def test_public_names():
                      "bus_factor", "Model", "Parallelism", "Training", "Inference", "Background", "llama3_405b",
                      "llama3_405b_training"),
         fm.steptime: ("Options", "Congestion", "route_phase", "phase_time", "plan_training", "step_time",
-                      "evaluate_fleet", "one_f_one_b", "evaluate_schedule", "Reliability", "Component",
-                      "expected_wall_time", "optimal_interval", "young_daly", "mean_step_time", "simulate"),
+                      "evaluate_fleet", "one_f_one_b", "evaluate_schedule", "Schedule", "ScheduleTimes",
+                      "Reliability", "Component", "expected_wall_time", "optimal_interval", "young_daly", "mean_step_time", "simulate"),
         fm.reliability: ("plan", "time_to_train", "checkpoint_times", "monte_carlo", "report", "objective",
                          "Exposure", "JobReliability"),
         fm.optimize: ("split_for_min_mlu", "lp_min_mlu", "minimize", "baseline_value", "Space", "Knob", "CostModel",
                       "grid_search", "random_search", "finish", "refine", "optimality_check", "pareto",
                       "budget_range", "Check", "Finish"),
         fm.scenario: ("Scenario", "Routing", "Search", "SweepGrid", "FailureSet", "Model", "prepare"),
-        fm.reference: ("maxmin_rates", "maxmin_violations", "link_loads"),
+        fm.reference: ("maxmin_rates", "maxmin_violations", "link_loads", "pipeline_schedule"),
     }
     for module, names in surface.items():
         for name in names:

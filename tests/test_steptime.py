@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from flowmodel import fabric as fb
+from flowmodel import reference as ref
 from flowmodel import routing as rt
 from flowmodel import scenario as sc
 from flowmodel import steptime as st
@@ -26,7 +27,7 @@ def test_one_f_one_b_runs_every_op_once(p, m, v):
 
 def test_one_f_one_b_closed_form():
     p, m, tf, tb = 4, 8, 1.0, 2.0
-    _, free = st.evaluate_schedule(st.one_f_one_b(p, m), [tf] * p, [tb] * p, [0.0] * p, [0.0] * p)
+    free = st.evaluate_schedule(st.one_f_one_b(p, m), [tf] * p, [tb] * p, [0.0] * p, [0.0] * p).free
     assert max(free) == pytest.approx((m + p - 1) * (tf + tb))
 
 
@@ -38,7 +39,7 @@ def test_schedule_is_the_longest_path_of_its_dag(p, m, v):
     tf, tb = rng.uniform(0.5, 2, V), rng.uniform(1, 3, V)
     sf, sb = rng.uniform(0, 0.5, p), rng.uniform(0, 0.5, p)
     schedule = st.one_f_one_b(p, m, v)
-    end, free = st.evaluate_schedule(schedule, list(tf), list(tb), list(sf), list(sb))
+    free = st.evaluate_schedule(schedule, list(tf), list(tb), list(sf), list(sb)).free
     g = nx.DiGraph()
     dur = {op: (tf if op[0] == "F" else tb)[op[2]] for ops in schedule for op in ops}
     for ops in schedule:
@@ -59,8 +60,111 @@ def test_schedule_is_the_longest_path_of_its_dag(p, m, v):
 
 def test_interleaving_divides_the_bubble_by_the_chunk_count():
     p, m, v, tf, tb = 4, 8, 2, 0.5, 1.0  # per chunk; a stage is v chunks
-    _, free = st.evaluate_schedule(st.one_f_one_b(p, m, v), [tf] * (p * v), [tb] * (p * v), [0.0] * p, [0.0] * p)
+    free = st.evaluate_schedule(st.one_f_one_b(p, m, v), [tf] * (p * v), [tb] * (p * v), [0.0] * p, [0.0] * p).free
     assert max(free) == pytest.approx(m * v * (tf + tb) + (p - 1) * (tf + tb))  # bubble (p-1)(t_f+t_b)/v
+
+
+SCHEDULES = [(1, 4, 1), (2, 5, 1), (2, 64, 1), (4, 8, 1), (4, 8, 2), (3, 6, 3), (4, 64, 4), (8, 64, 1), (8, 64, 2)]
+
+
+def _durations(rng, p, V):
+    return rng.uniform(0.5, 2, V), rng.uniform(1, 3, V), rng.uniform(0, 0.5, p), rng.uniform(0, 0.5, p)
+
+
+@pytest.mark.parametrize("p, m, v", SCHEDULES)
+def test_schedule_matches_the_event_simulation(p, m, v):
+    """Every op's end, each rank's finish and each stage's last backward, against the float64 oracle."""
+    rng = np.random.default_rng(p * 1000 + m * 10 + v)
+    tf, tb, sf, sb = _durations(rng, p, p * v)
+    lists = st.one_f_one_b(p, m, v)
+    schedule = st.Schedule.build(lists)
+    times = st.evaluate_schedule(schedule, tf, tb, sf, sb)
+    end, free = ref.pipeline_schedule(lists, tf, tb, sf, sb)
+    np.testing.assert_allclose(times.end, [end[op] for op in schedule.ops], rtol=1e-12)
+    np.testing.assert_allclose(times.free, free, rtol=1e-12)
+    last = [max(end[("B", mb, k)] for mb in range(m)) for k in range(p * v)]
+    np.testing.assert_allclose(times.last_backward, last, rtol=1e-12)
+    assert schedule.waves.shape[1] == p  # a rank's ops never share a wave
+
+
+def _makespan(schedule, p, V):
+    def f(d):
+        times = st.evaluate_schedule(schedule, d[:V], d[V:2 * V], d[2 * V:2 * V + p], d[2 * V + p:])
+        return jax.numpy.max(times.free) + times.last_backward @ np.linspace(1.0, 2.0, V)
+    return f
+
+
+@pytest.mark.parametrize("p, m, v", [(1, 4, 1), (2, 5, 1), (4, 8, 2), (3, 6, 3), (8, 32, 1)])
+def test_schedule_gradient_matches_finite_differences(p, m, v):
+    rng = np.random.default_rng(7 * p + m + v)
+    V = p * v
+    d = np.concatenate(_durations(rng, p, V))  # random durations: no ties between the two ways in
+    schedule = st.Schedule.build(st.one_f_one_b(p, m, v))
+    f = _makespan(schedule, p, V)
+    grad = jax.jit(jax.grad(f))(d)
+    h, step = 1e-6, np.eye(len(d)) * 1e-6
+    fd = (jax.jit(jax.vmap(f))(d + step) - jax.jit(jax.vmap(f))(d - step)) / (2 * h)
+    np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(jax.grad(f)(d), grad, rtol=1e-12)  # eager == jit
+    np.testing.assert_allclose(f(d), jax.jit(f)(d), rtol=1e-12)
+
+
+def test_schedule_gradient_splits_ties_like_max():
+    """Equal durations and no sends: ties everywhere. Half to each side (jnp.maximum's rule) makes the
+    gradient a convex combination of the critical paths' gradients, so Euler's identity for the
+    1-homogeneous makespan holds: grad . durations = makespan = (m + p - 1)(t_f + t_b)."""
+    p, m = 4, 8
+    schedule = st.Schedule.build(st.one_f_one_b(p, m))
+
+    def f(tf, tb):
+        return jax.numpy.max(st.evaluate_schedule(schedule, tf, tb, np.zeros(p), np.zeros(p)).free)
+
+    gf, gb = jax.grad(f, argnums=(0, 1))(np.ones(p), 2 * np.ones(p))
+    assert np.all(gf >= 0) and np.all(gb >= 0)
+    assert float(f(np.ones(p), 2 * np.ones(p))) == pytest.approx((m + p - 1) * 3.0, rel=1e-12)
+    assert float(gf.sum() + 2 * gb.sum()) == pytest.approx((m + p - 1) * 3.0, rel=1e-12)
+
+
+def test_schedule_vmap_equals_a_loop():
+    p, m, v = 4, 16, 2
+    V = p * v
+    rng = np.random.default_rng(3)
+    d = np.stack([np.concatenate(_durations(rng, p, V)) for _ in range(5)])
+    f = _makespan(st.Schedule.build(st.one_f_one_b(p, m, v)), p, V)
+    value, grad = jax.jit(f), jax.jit(jax.grad(f))
+    np.testing.assert_allclose(jax.jit(jax.vmap(f))(d), [value(x) for x in d], rtol=1e-12)
+    np.testing.assert_allclose(jax.jit(jax.vmap(jax.grad(f)))(d), [grad(x) for x in d], rtol=1e-12)
+
+
+def _eqns(jaxpr) -> int:
+    """Equations of a jaxpr, those of the jaxprs in its equations' parameters included."""
+    n = 0
+    for eqn in jaxpr.eqns:
+        n += 1
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                sub = getattr(sub, "jaxpr", sub)  # ClosedJaxpr -> Jaxpr
+                if hasattr(sub, "eqns"):
+                    n += _eqns(sub)
+    return n
+
+
+def test_schedule_program_does_not_grow_with_the_micro_batch_count():
+    p, v = 2, 2
+    V = p * v
+    d = np.ones(2 * V + 2 * p)
+    sizes = []
+    for m in (8, 512):
+        f = _makespan(st.Schedule.build(st.one_f_one_b(p, m, v)), p, V)
+        sizes.append((_eqns(jax.make_jaxpr(f)(d).jaxpr), _eqns(jax.make_jaxpr(jax.grad(f))(d).jaxpr)))
+    assert sizes[0] == sizes[1]
+
+
+def test_schedule_of_an_unknown_dependency_is_an_error():
+    with pytest.raises(ValueError, match=r"\('B', 0, 0\) waits for \('F', 0, 0\)"):
+        st.Schedule.build([[("B", 0, 0)]])
+    with pytest.raises(RuntimeError, match="deadlocked"):
+        st.Schedule.build([[("B", 0, 0), ("F", 0, 0)]])
 
 
 def _fleet(ratio=1.0, latency=0.0, km=None):
@@ -186,6 +290,11 @@ def test_llama3_405b_figures():
      r"pp: 4 x 4 virtual stages is more than the model's 8 layers"),
     (lambda: tr.Training(TINY, tr.Parallelism(pp=4, virtual_stages=2), global_batch=6),
      "needs the micro-batch count"),
+    (lambda: tr.Training(TINY, tr.Parallelism(pp=2, dp=8), global_batch=64_000_000_000),
+     r"^training.global_batch: 64000000000 gives 8000000000 micro-batches per pipeline .* at most 65536 "),
+    (lambda: tr.Training(dataclasses.replace(TINY, layers=64), tr.Parallelism(pp=8, virtual_stages=8),
+                         global_batch=32776),
+     r"^training.global_batch: 32776 gives 32776 micro-batches per pipeline .* and 4195328 pipeline-schedule ops"),
     (lambda: tr.Model("m", layers=2, hidden=100, ffn_hidden=4, heads=3, kv_heads=1, vocab=10, seq_len=8),
      "model.heads: 3 does not divide hidden 100"),
     (lambda: _setup(_fleet(), tr.Training(TINY, tr.Parallelism(tp=4, pp=2, dp=3), global_batch=12,

@@ -43,6 +43,8 @@ from ._reliability import mean_step_time as mean_step_time
 from ._reliability import optimal_interval as optimal_interval
 from ._reliability import simulate as simulate
 from ._reliability import young_daly as young_daly
+from ._schedule import Schedule as Schedule
+from ._schedule import ScheduleTimes as ScheduleTimes
 from ._schedule import evaluate_schedule as evaluate_schedule
 from ._schedule import one_f_one_b as one_f_one_b
 from ._training import StepResult as StepResult

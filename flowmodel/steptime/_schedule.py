@@ -244,5 +244,7 @@ def _bwd(sched, res, g):
     return (g_dur,)
 
 
-_end_times = jax.custom_vjp(_forward, nondiff_argnums=(0,))
-_end_times.defvjp(_fwd, _bwd)
+_end_times_vjp = jax.custom_vjp(_forward, nondiff_argnums=(0,))
+_end_times_vjp.defvjp(_fwd, _bwd)
+# one compiled loop per schedule (hashed by identity) also for eager calls; inlined under an outer jit
+_end_times = jax.jit(_end_times_vjp, static_argnums=0)

@@ -13,6 +13,13 @@ import numpy as np
 from ._collectives import Phase
 
 DIMS = ("tp", "cp", "pp", "dp")  # rank order, fastest-varying first: TP in a domain, PP across racks, DP widest
+# The pipeline schedule is a DAG of 2 x m x v x pp ops, held as int arrays and built op by op in Python when
+# the job is planned (about 3 s and a few hundred MB per million ops here). 65,536 micro-batches per pipeline
+# is far beyond any real step (Llama 3 405B: 16 to 64 at DP 8 to 32), and 2**22 ops (about 12 s to build)
+# keeps deep interleaved pipelines in reach (pp 16 x v 4 up to 32,768 micro-batches); past either bound the
+# value is a mistake, not a workload.
+MAX_MICRO_BATCHES = 65_536
+MAX_SCHEDULE_OPS = 2**22
 
 
 def _int(where: str, value, minimum: int = 1) -> None:
@@ -186,6 +193,12 @@ class Training:
         if self.global_batch % (par.dp * self.micro_batch):
             raise ValueError(f"training.global_batch: {self.global_batch} is not a multiple of dp x micro_batch = "
                              f"{par.dp * self.micro_batch}")
+        ops = 2 * self.micro_batches * par.virtual_stages * par.pp
+        if self.micro_batches > MAX_MICRO_BATCHES or ops > MAX_SCHEDULE_OPS:
+            raise ValueError(f"training.global_batch: {self.global_batch} gives {self.micro_batches} micro-batches per "
+                             f"pipeline (global_batch / (dp x micro_batch)) and {ops} pipeline-schedule ops "
+                             f"(2 x micro-batches x virtual_stages x pp); at most {MAX_MICRO_BATCHES} micro-batches "
+                             f"and {MAX_SCHEDULE_OPS} ops")
         if m.layers < par.pp * par.virtual_stages:
             raise ValueError(f"parallelism.pp: {par.pp} x {par.virtual_stages} virtual stages is more than the "
                              f"model's {m.layers} layers")
