@@ -262,7 +262,8 @@ def _step_numbers(plan: TrainingPlan, capacity, latency, background, logits, opt
     finish, dp_exposed = pipeline_end, 0.0
     m = job.micro_batches
     if "dp" in phases:
-        starts = times.last_backward.astype(capacity.dtype)[plan.dp_stage]  # each stage's reduction starts when its gradients are complete
+        # each stage's reduction starts when its gradients are complete: at the end of its last backward
+        starts = times.last_backward.astype(capacity.dtype)[plan.dp_stage]
         if options.smooth:
             dp_finish = phase_time(phases["dp"], capacity, latency, options, start_times=starts)
         else:
@@ -310,3 +311,10 @@ def _bound(ph: RoutedPhase, capacity, latency, step_latency):
     hop = jnp.max(route_latency(jnp.asarray(ph.sub.routes), latency))
     return scheduled_bound(ph.sub.routes, ph.sub.sizes(ph.sizes), capacity) + ph.steps * (hop + step_latency)
 
+
+def _max_all(values):
+    values = list(values)
+    out = values[0]
+    for x in values[1:]:
+        out = max(out, x) if isinstance(out, float) and isinstance(x, float) else jnp.maximum(out, x)
+    return out
