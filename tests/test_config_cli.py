@@ -134,6 +134,9 @@ _DELETE = object()
     ("fabric/sites/0/scale_up/size", 4, r"parallelism.tp: TP group .* spans scale-up domains"),
     ("workloads/training/0/model", "gpt-9", r"^workloads.training\[0\].model: unknown model preset 'gpt-9'"),
     ("workloads/training/0/global_batch", _DELETE, r"^workloads.training\[0\].global_batch: is required"),
+    ("workloads/training/0/global_batch", 64_000_000_000,
+     r"^workloads.training\[0\].global_batch: 64000000000 gives 8000000000 micro-batches per pipeline .* at most "
+     r"65536 micro-batches"),
     ("fabric/long_haul/0/b", "b7", r"^fabric: long_haul\[b0-b7\]: unknown site 'b7'"),
     ("optimize/knobs/0/lower", 9, r"^optimize.knobs\[0\]: bounds reversed, lower 9.0 > upper 8.0"),
     ("optimize/budget", -5, r"^optimize.budget: must be > 0, got -5"),
