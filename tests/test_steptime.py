@@ -165,6 +165,8 @@ def test_schedule_of_an_unknown_dependency_is_an_error():
         st.Schedule.build([[("B", 0, 0)]])
     with pytest.raises(RuntimeError, match="deadlocked"):
         st.Schedule.build([[("B", 0, 0), ("F", 0, 0)]])
+    with pytest.raises(ValueError, match="virtual stage 0 runs its backward on ranks 0 and 1"):
+        st.Schedule.build([[("F", 0, 0), ("B", 0, 0)], [("F", 1, 0), ("B", 1, 0)]])
 
 
 def _fleet(ratio=1.0, latency=0.0, km=None):

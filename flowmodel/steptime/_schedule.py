@@ -69,7 +69,8 @@ class Schedule:
       waves: int32[W, p] op ids per wave, padded with N; prev, dep, duration, send: int32[W, p] each
         slot's rank predecessor and input dependency (op ids) and the indices of its duration and of
         its send time; valid: bool[W, p] not padding.
-      last: int[p] each rank's last op; last_backward: int[V] each virtual stage's last backward op.
+      last: int[p] each rank's last op; last_backward: int[V] each virtual stage's last backward op
+        (its rank's last, as a rank's ops end in order).
     """
 
     ops: tuple
@@ -137,6 +138,9 @@ class Schedule:
         last_backward = np.full(V, N, np.int64)
         for i, (kind, _, k) in enumerate(ops):
             if kind == "B":  # stage k runs on one rank: its later backward ends later (durations are >= 0)
+                if last_backward[k] < N and rank[last_backward[k]] != rank[i]:
+                    raise ValueError(f"pipeline schedule: virtual stage {k} runs its backward on ranks "
+                                     f"{rank[last_backward[k]]} and {rank[i]}; a stage lives on one rank")
                 last_backward[k] = i
         return cls(ops, p, V, waves.astype(np.int32), sentinel(prev, N), sentinel(dep, N), sentinel(dur, zero),
                    sentinel(send, zero), valid, last, last_backward)
@@ -198,6 +202,14 @@ def evaluate_schedule(schedule, t_forward, t_backward, send_forward, send_backwa
         micro-batch (floats or JAX scalars).
       send_forward, send_backward: float[p] per rank ``s``, the time to send one micro-batch's
         activations from rank s to rank (s+1) % p, and its gradients back from (s+1) % p to s.
+
+    Four ranks, eight micro-batches, no sends: the step is (m + p - 1)(t_f + t_b).
+
+    >>> from flowmodel import steptime as st
+    >>> schedule = st.Schedule.build(st.one_f_one_b(4, 8))
+    >>> times = st.evaluate_schedule(schedule, [1.0] * 4, [2.0] * 4, [0.0] * 4, [0.0] * 4)
+    >>> float(times.free.max()), float(times.last_backward[0])
+    (33.0, 33.0)
     """
     sched = Schedule.build(schedule)
     parts = [jnp.stack([jnp.asarray(x) for x in xs]) if len(xs) else jnp.zeros(0)
