@@ -15,7 +15,7 @@ from ._collectives import Phase
 DIMS = ("tp", "cp", "pp", "dp")  # rank order, fastest-varying first: TP in a domain, PP across racks, DP widest
 # The pipeline schedule is a DAG of 2 x m x v x pp ops, held as int arrays and built op by op in Python when
 # the job is planned (about 3 s and a few hundred MB per million ops here). 65,536 micro-batches per pipeline
-# is far beyond any real step (Llama 3 405B: 16 to 64 at DP 8 to 32), and 2**22 ops (about 12 s to build)
+# is far beyond any real step (Llama 3 405B: 16 to 64 at DP 8 to 32), and 2**22 ops (about 17 s and 1.7 GB to build)
 # keeps deep interleaved pipelines in reach (pp 16 x v 4 up to 32,768 micro-batches); past either bound the
 # value is a mistake, not a workload.
 MAX_MICRO_BATCHES = 65_536
