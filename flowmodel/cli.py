@@ -146,8 +146,10 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
                                 optimizer=optax.adam(o.learning_rate), restarts=o.restarts, seed=o.seed,
                                 callback=lambda i, v: (bar.update(1), bar.set_postfix(objective=f"{v:.4g}")))
     searched = res.optimized
-    _say(quiet)("round to allowed values and refine on the exact model")
-    done = optimize.finish(res, model.network, space, exact, budget=o.budget)
+    _say(quiet)("round to allowed values, polish and certify on the exact model")
+    exact_options = model.options.exact()
+    gradient = lambda net, logits: model.step_time(net, exact_options, logits)  # noqa: E731
+    done = optimize.finish(res, model.network, space, exact, budget=o.budget, gradient=gradient)
     res = done.result
     before, after = model.evaluate(), model.evaluate(res.network, logits=res.logits)
     result = {"scenario": scenario.name, "units": UNITS, "baseline_step_time_s": res.baseline,
@@ -157,7 +159,7 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
                                       for g, v in baseline_values.items()},
               "baseline_cost": space.cost_at(baseline_values), "optimized_cost": res.cost, "budget": o.budget,
               "optimality_check": done.check.as_dict(), "roundings": done.roundings,
-              "refine_evaluations": done.evaluations,
+              "refine_evaluations": done.evaluations, "polish_gradients": done.gradients,
               "history": [float(h) for h in res.history], "restarts": res.restarts,
               "baseline_breakdown_s": _floats(before.steps[before.critical()].breakdown),
               "optimized_breakdown_s": _floats(after.steps[after.critical()].breakdown)}
@@ -166,7 +168,7 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
         extra = [c for c in (result["baseline_cost"], o.budget) if c is not None]
         budgets = np.unique(np.concatenate([optimize.budget_range(space, pareto), extra]))
         _say(quiet)(f"pareto front over {len(budgets)} budgets, {budgets[0]:.6g} to {budgets[-1]:.6g}")
-        points = optimize.pareto(res, model.network, space, exact, budgets)
+        points = optimize.pareto(res, model.network, space, exact, budgets, gradient=gradient)
         front = {"scenario": scenario.name, "units": UNITS,
                  "points": [{"budget": float(bud), "cost": p.result.cost, "step_time_s": p.result.optimized,
                              "parameters": p.result.parameters, "optimality_check": p.check.as_dict()}
@@ -190,7 +192,8 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
             print(f"  {name:<24} {base:>12.5g} -> {p['value']:>12.5g} {p['unit']}")
         check = done.check
         print(f"  optimality check: {'passed' if check.passed else 'FAILED'} ({check.moves} moves, best gain "
-              f"{max(check.best_gain, 0.0):.2%}; {done.roundings} rounding(s), {done.evaluations} exact evaluations)")
+              f"{max(check.best_gain, 0.0):.2%}; {done.roundings} rounding(s), {done.evaluations} exact evaluations, "
+              f"{done.gradients} gradients)")
         if front is not None:
             for p in front["points"]:
                 print(f"  budget {p['budget']:>12.6g}: step time {p['step_time_s']:.4f} s at cost {p['cost']:.6g}")

@@ -197,3 +197,15 @@ def test_budget_projection_is_exact():
 def test_bad_input(make, match):
     with pytest.raises(ValueError, match=match):
         make(*_line())
+
+
+def test_the_exact_gradient_polish_reaches_the_same_optimum():
+    net, info, space, time = _line()
+    a, b = space.cost_line()
+    budget = a + 0.15 * b.sum()
+    best = budget / space.cost_at({"long_haul/a-b": 1.0, "long_haul/b-c": 1.0})
+    exact = lambda n, lg: float(time(n, lg))  # noqa: E731
+    res = opt.minimize(lambda n, lg: time(n, lg, 16.0), net, space, exact=exact, budget=budget, steps=3)
+    done = opt.finish(res, net, space, exact, budget=budget, gradient=lambda n, lg: time(n, lg))
+    assert [p["value"] for p in done.result.parameters.values()] == pytest.approx([best, best], rel=2e-3)
+    assert done.check.passed and done.gradients > 0 and done.result.cost <= budget * (1 + 1e-12)

@@ -118,13 +118,15 @@ class Problem:
         return next(e for e, v in self.trace if v <= best * (1 + 1e-3))
 
 
-def run_flowmodel(p: Problem, grad_cost: float) -> dict:
+def run_flowmodel(p: Problem, grad_cost: float, exact_grad_cost: float) -> dict:
     o = p.model.scenario.optimize
     objective, exact = p.model.objective()
     res = optimize.minimize(objective, p.model.network, p.space, exact=exact, budget=o.budget, steps=o.steps,
                             optimizer=optax.adam(o.learning_rate), restarts=o.restarts, seed=o.seed)
-    done = optimize.finish(res, p.model.network, p.space, exact, budget=o.budget)
-    evaluations = o.steps * o.restarts * grad_cost + o.restarts + done.evaluations
+    options = p.model.options.exact()
+    done = optimize.finish(res, p.model.network, p.space, exact, budget=o.budget,
+                           gradient=lambda net, lg: p.model.step_time(net, options, lg))
+    evaluations = o.steps * o.restarts * grad_cost + o.restarts + done.evaluations + done.gradients * exact_grad_cost
     return {"best": done.result.optimized, "evaluations": evaluations, "to_best": evaluations,
             "check": "passed" if done.check.passed else "failed"}
 
@@ -212,7 +214,7 @@ def main() -> None:
         baseline = p.f(p.z0)
         print(f"\n{name}: {len(p.z0)} knobs, baseline {baseline:.4f} s; forward {forward * 1e3:.2f} ms, exact gradient "
               f"{gradient / forward:.1f} forwards, smooth gradient {smooth_gradient / forward:.1f} forwards")
-        methods = [("flowmodel", lambda: run_flowmodel(p, smooth_gradient / forward)),
+        methods = [("flowmodel", lambda: run_flowmodel(p, smooth_gradient / forward, gradient / forward)),
                    ("SLSQP", lambda: run_slsqp(p, gradient / forward, args.evaluations)),
                    ("Optuna TPE", lambda: run_optuna(p, args.evaluations, args.seed)),
                    ("CMA-ES", lambda: run_cma(p, args.evaluations, args.seed)),

@@ -9,6 +9,7 @@ from ._refine import budget_range as budget_range
 from ._refine import finish as finish
 from ._refine import optimality_check as optimality_check
 from ._refine import pareto as pareto
+from ._refine import polish as polish
 from ._refine import refine as refine
 from ._search import GBPS as GBPS
 from ._search import CostModel as CostModel

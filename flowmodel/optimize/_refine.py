@@ -11,7 +11,10 @@ needs no gradient of the exact model (whose kinks make gradients at a max-min bo
 one-sided), only compiled forward evaluations, and its result is a local optimum in the sense the
 check states. ``finish`` does the discrete part first: every combination of allowed values (or,
 when there are many, the two values around each searched one), each with the continuous knobs
-re-optimised by ``refine``; the best wins.
+re-optimised; the best wins. Given the exact model's gradient (``gradient=``: the exact step time
+is piecewise smooth and its gradient costs a few forward evaluations), the continuous knobs are
+first polished by SciPy's SLSQP (bounds, the budget as a linear constraint), then ``refine``
+certifies the point.
 """
 
 from __future__ import annotations
@@ -136,21 +139,69 @@ def refine(f: Callable[[np.ndarray], float], z0, space: Space, *, budget: float 
 
 @dataclasses.dataclass(frozen=True)
 class Finish:
-    """What ``finish`` did: the refined result, its optimality check, the roundings tried and the
-    exact evaluations spent."""
+    """What ``finish`` did: the refined result, its optimality check, the roundings tried, the exact
+    forward evaluations spent and the exact gradients (value and gradient) taken by the polish."""
 
     result: Result
     check: Check
     roundings: int
     evaluations: int
+    gradients: int = 0
+
+
+def polish(value_and_grad: Callable, z0, space: Space, *, budget: float | None = None, fixed: Sequence[int] = (),
+           max_iterations: int = 50) -> tuple[np.ndarray, float, int]:
+    """SLSQP on the exact objective from ``z0`` over the knobs not ``fixed``: (positions, value,
+    calls). ``value_and_grad(z) -> (float, float[K])``."""
+    from scipy.optimize import minimize as sp_minimize
+
+    b, slack, free, _ = _setting(space, budget, fixed)
+    z0 = np.asarray(z0, np.float64)
+    if not free:
+        return z0, float(value_and_grad(z0)[0]), 1
+    calls = [0]
+
+    def full(x):
+        z = z0.copy()
+        z[free] = np.clip(x, 0.0, 1.0)
+        return z
+
+    def fun(x):
+        calls[0] += 1
+        v, g = value_and_grad(full(x))
+        return float(v), np.asarray(g, np.float64)[free]
+
+    held = [i for i in range(len(z0)) if i not in free]
+    rest = float(slack - b[held] @ z0[held])
+    constraints = [] if not np.isfinite(slack) else [
+        {"type": "ineq", "fun": lambda x: rest - b[free] @ x, "jac": lambda x: -b[free]}]
+    out = sp_minimize(fun, z0[free], jac=True, method="SLSQP", bounds=[(0.0, 1.0)] * len(free),
+                      constraints=constraints, options={"maxiter": max_iterations, "ftol": 1e-12})
+    z = full(out.x)
+    if np.isfinite(slack) and b @ z > slack:  # SLSQP may end a hair outside the budget
+        z[free] = np.asarray(project_budget(jnp.asarray(z[free]), jnp.asarray(b[free]), max(rest, 0.0)))
+    v = float(value_and_grad(z)[0])
+    v0 = float(value_and_grad(z0)[0])
+    calls[0] += 2
+    return (z, v, calls[0]) if v <= v0 else (z0, v0, calls[0])
 
 
 def finish(result: Result, network, space: Space, exact: Callable, *, budget: float | None = None,
-           tolerance: float = 1e-3, max_roundings: int = 64, max_evaluations: int = 400) -> Finish:
+           gradient: Callable | None = None, tolerance: float = 1e-3, max_roundings: int = 64,
+           max_evaluations: int = 400) -> Finish:
     """Round ``result`` (from ``minimize``) to the knobs' allowed values and refine it on ``exact``
-    (a function of (network, logits)) within the budget; every rounding tried is re-optimised."""
+    (a function of (network, logits)) within the budget; every rounding tried is re-optimised.
+    ``gradient``: the exact step time as a differentiable function of (network, logits); with it,
+    SLSQP polishes the continuous knobs of each rounding before the compass search."""
     logits = result.logits
     counted = _Counted(lambda z: exact(space.network(network, jnp.asarray(z)), logits))
+    value_and_grad = None
+    if gradient is not None:
+        import jax
+
+        compiled = jax.jit(jax.value_and_grad(lambda z: gradient(space.network(network, z), logits)))
+        value_and_grad = lambda z: compiled(jnp.asarray(z))  # noqa: E731
+    polished = 0
     a, b = space.cost_line()
     slack = np.inf if budget is None else budget - a
     searched = space.positions({g: p["value"] for g, p in result.parameters.items()})
@@ -177,6 +228,9 @@ def finish(result: Result, network, space: Space, exact: Callable, *, budget: fl
         if continuous:
             z[continuous] = np.asarray(project_budget(jnp.asarray(z[continuous]), jnp.asarray(b[continuous]),
                                                       max(left, 0.0)))
+            if value_and_grad is not None:
+                z, _, calls = polish(value_and_grad, z, space, budget=budget, fixed=discrete)
+                polished += calls
         z, value, check, _ = refine(counted, z, space, budget=budget, fixed=discrete, tolerance=tolerance,
                                     max_evaluations=max_evaluations)
         if best is None or value < best[1]:
@@ -188,16 +242,16 @@ def finish(result: Result, network, space: Space, exact: Callable, *, budget: fl
     params = {g: {"value": float(v), "unit": space.info.groups[g].unit} for g, v in values.items()}
     refined = dataclasses.replace(result, optimized=value, parameters=params, cost=float(a + b @ z),
                                   network=space.network(network, jnp.asarray(z)))
-    return Finish(refined, check, len(combos), counted.count)
+    return Finish(refined, check, len(combos), counted.count, polished)
 
 
 def pareto(result: Result, network, space: Space, exact: Callable, budgets: Sequence[float], *,
-           tolerance: float = 1e-3) -> list[Finish]:
+           gradient: Callable | None = None, tolerance: float = 1e-3) -> list[Finish]:
     """The cost / step-time front: ``finish`` at each budget (ascending), each warm-started from the
     previous point's optimum (projected onto the budget when it is lower)."""
     points, start = [], result
     for budget in sorted(budgets):
-        point = finish(start, network, space, exact, budget=budget, tolerance=tolerance)
+        point = finish(start, network, space, exact, budget=budget, gradient=gradient, tolerance=tolerance)
         points.append(point)
         start = point.result
     return points
