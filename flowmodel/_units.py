@@ -22,14 +22,14 @@ UNITS = {
 }
 # Physical ranges, checked where a value enters: (lowest, whether it is allowed, highest, the bound as
 # the message writes it, why). No link carries more than 10 Pbit/s; no fibre route is longer than the
-# Earth's circumference.
+# Earth's circumference; sizes (buffers, memory, checkpoints, storage) stay below an exabyte.
 RANGES = {
     "bandwidth": (0.0, False, 1.25e15, "10Pbps", "no single link carries more"),
     "time": (0.0, True, None, None, None),
     "length": (0.0, True, 40_075.0, "40075km", "the Earth's circumference"),
-    "size": (0.0, False, 1e15, "1PB", "no per-flow or per-port buffer is larger"),
+    "size": (0.0, False, 1e18, "1EB", "more than any storage system holds"),
 }
-_NUMBER = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(\S*)\s*$")
+NUMBER = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(\S*)\s*$")
 
 
 def parse(value, kind: str, where: str) -> float:
@@ -39,7 +39,7 @@ def parse(value, kind: str, where: str) -> float:
     if isinstance(value, (int, float)):
         number = float(value)
     elif isinstance(value, str):
-        m = _NUMBER.match(value)
+        m = NUMBER.match(value)
         if not m:
             raise ValueError(f"{where}: cannot read {value!r} as a {kind} (e.g. {_example(kind)})")
         number, unit = float(m.group(1)), m.group(2)

@@ -107,13 +107,18 @@ def cmd_run(scenario, out: str, quiet: bool) -> dict:
 
     t0 = time.perf_counter()
     model = _prepare(scenario, quiet)
+    jobs = None
+    if scenario.reliability is not None:  # checked (storage, paths) before any evaluation
+        from . import reliability
+
+        _say(quiet)("plan reliability: fail each kind of element the jobs cross")
+        jobs = reliability.plan(model)
     _say(quiet)("compile and evaluate")
     result = fleet_result(model, model.evaluate())
     lines = []
-    if scenario.reliability is not None:  # time to train under failures, checkpoints and restarts
-        from . import reliability
-
-        figures, lines = reliability.report(model)
+    if jobs is not None:  # time to train under failures, checkpoints and restarts
+        _say(quiet)("time to train: checkpoint traffic, expectation and Monte Carlo")
+        figures, lines = reliability.report(model, jobs)
         result.update(figures, units={**result["units"], **reliability.UNITS})
     result["wall_time_s"] = time.perf_counter() - t0
     if not quiet:
@@ -163,26 +168,26 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
               "history": [float(h) for h in res.history], "restarts": res.restarts,
               "baseline_breakdown_s": _floats(before.steps[before.critical()].breakdown),
               "optimized_breakdown_s": _floats(after.steps[after.critical()].breakdown)}
-    front = None
-    if pareto:
-        extra = [c for c in (result["baseline_cost"], o.budget) if c is not None]
-        budgets = np.unique(np.concatenate([optimize.budget_range(space, pareto), extra]))
-        _say(quiet)(f"pareto front over {len(budgets)} budgets, {budgets[0]:.6g} to {budgets[-1]:.6g}")
-        points = optimize.pareto(res, model.network, space, exact, budgets, gradient=gradient)
-        front = {"scenario": scenario.name, "units": UNITS,
-                 "points": [{"budget": float(bud), "cost": p.result.cost, "step_time_s": p.result.optimized,
-                             "parameters": p.result.parameters, "optimality_check": p.check.as_dict()}
-                            for bud, p in zip(budgets, points)]}
     plots.loss_curve(res.history, os.path.join(out, "optimize_loss.png"),
                      exact={"baseline (exact)": res.baseline, "search end (exact)": searched,
                             "refined (exact)": res.optimized})
     plots.breakdown_bars({"baseline": result["baseline_breakdown_s"], "optimized": result["optimized_breakdown_s"]},
                          os.path.join(out, "optimize_breakdown.png"))
-    if front is not None:
+    write_json(os.path.join(out, "optimize.json"), result)
+    front = None
+    if pareto:
+        span = optimize.budget_range(space, pareto)
+        extra = [c for c in (result["baseline_cost"], o.budget) if c is not None and span[0] <= c <= span[-1]]
+        budgets = np.unique(np.concatenate([span, extra]))
+        _say(quiet)(f"pareto front over {len(budgets)} budgets, {budgets[0]:.6g} to {budgets[-1]:.6g}")
+        points = optimize.pareto(res, model.network, space, exact, budgets, gradient=gradient)
+        front = {"scenario": scenario.name, "units": UNITS,
+                 "points": [{"budget": p.budget, "cost": p.result.cost, "step_time_s": p.result.optimized,
+                             "parameters": p.result.parameters, "optimality_check": p.check.as_dict()}
+                            for p in points]}
         plots.pareto_front(front["points"], os.path.join(out, "optimize_pareto.png"),
                            chosen=(res.cost, res.optimized), baseline=(result["baseline_cost"], res.baseline))
         write_json(os.path.join(out, "optimize_pareto.json"), front)
-    write_json(os.path.join(out, "optimize.json"), result)
     if not quiet:
         print(f"{scenario.name}: step time {res.baseline:.4f} s -> {res.optimized:.4f} s "
               f"({res.optimized / res.baseline - 1:+.1%}), cost {res.cost:.6g}"
@@ -280,6 +285,10 @@ def cmd_validate(scenario, out: str | None, quiet: bool) -> dict:
         from . import resilience
 
         resilience.failure_scenarios(model)
+    if scenario.reliability is not None:
+        from . import reliability
+
+        reliability.plan(model)
     if not quiet:
         for plan in model.plans:
             job, par = plan.job, plan.job.parallelism

@@ -285,6 +285,9 @@ def _scalar(kind: str, value, where: str):
             _fail(where, f"expected an integer, got {value!r}")
         return value
     if kind == "float":
+        number = _units.NUMBER.match(value) if isinstance(value, str) else None
+        if number and not number.group(2):
+            value = float(number.group(1))  # YAML 1.1 reads 1e11 (no dot) as a string
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             _fail(where, f"expected a number, got {value!r}")
         return float(value)
@@ -596,7 +599,7 @@ def reference() -> str:
              "units are errors that name the key. Model presets: "
              + ", ".join(f"`{p}`" for p in MODEL_PRESETS) + ".", ""]
     sections = [("", SCENARIO)]
-    seen = set()
+    seen = {}
     while sections:
         path, spec = sections.pop(0)
         lines += [f"## `{path}`" if path else "## top level", "", "| key | type | default | meaning |",
@@ -605,15 +608,18 @@ def reference() -> str:
             sub = kind[0] if isinstance(kind, list) else kind
             child = f"{path}.{key}" if path else key
             if isinstance(sub, dict):
-                kind_text = f"list of mappings (`{child}[i]` below)" if isinstance(kind, list) else "mapping (below)"
-                if id(sub) not in seen:
-                    seen.add(id(sub))
-                    sections.append((f"{child}[i]" if isinstance(kind, list) else child, sub))
+                name = f"{child}[i]" if isinstance(kind, list) else child
+                if id(sub) in seen:  # a spec shared by several keys is listed once
+                    kind_text = f"mapping: the same keys as `{seen[id(sub)]}`"
+                else:
+                    seen[id(sub)] = name
+                    sections.append((name, sub))
+                    kind_text = f"list of mappings (`{name}` below)" if isinstance(kind, list) else "mapping (below)"
             else:
                 kind_text = _KINDS[kind]
             lines.append(f"| `{key}` | {kind_text} | {_default(kind, default)} | {meaning} |")
         lines.append("")
-    lines += ["## `model` (a training job's or inference service's model mapping)", "",
+    lines += ["## `workloads.training[i].model` (a model mapping, also `workloads.inference[i].model`)", "",
               "| key | type | default | meaning |", "|---|---|---|---|"]
     lines += [f"| `{key}` | {_KINDS[kind]} | {_default(kind, default)} | {meaning} |"
               for key, (kind, default, meaning) in MODEL.items()]

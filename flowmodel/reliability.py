@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Callable
 
 import jax
@@ -56,7 +57,7 @@ import numpy as np
 from .fabric import Network, Tier
 from .kernels import completion_times, link_bytes
 from .resilience import Failure, carry_groups, failed
-from .scenario import Model
+from .scenario import Model, ScenarioWarning
 from .steptime import (
     Options,
     Reliability,
@@ -191,8 +192,8 @@ def _exposures(model: Model, plan: TrainingPlan, section: Reliability) -> tuple[
     n = int(ranks.size)
     sites = sorted({info.site_of(int(info.gpus[r])) for r in ranks})
     out = [Exposure("gpu", n, section.gpu.rate_per_day, section.gpu.repair, True),
-           Exposure("host", math.ceil(n / section.gpus_per_host), section.host.rate_per_day, section.host.repair,
-                    True),
+           Exposure("host", len({int(r) // section.gpus_per_host for r in ranks}), section.host.rate_per_day,
+                    section.host.repair, True),
            Exposure("nic", n, section.nic.rate_per_day, section.nic.repair, True),
            Exposure("site_power", len(sites), section.site_power.rate_per_day, section.site_power.repair, True,
                     restart_extra=section.site_power.repair)]
@@ -319,13 +320,24 @@ def time_to_train(job: JobReliability, model: Model, network: Network | None = N
             "interruptions_per_day": jnp.asarray(rate * DAY)}
 
 
-def monte_carlo(job: JobReliability, model: Model, figures: dict) -> np.ndarray:
-    """float64[runs] seeded Monte Carlo wall-clock seconds of the job at ``figures`` (``time_to_train``'s)."""
+MAX_EVENTS = 200_000  # per run: past this the simulation would take minutes; the analytic figure stands
+
+
+def monte_carlo(job: JobReliability, model: Model, figures: dict) -> np.ndarray | None:
+    """float64[runs] seeded Monte Carlo wall-clock seconds of the job at ``figures`` (``time_to_train``'s),
+    or None (with a ``ScenarioWarning``) when a run would take more than ``MAX_EVENTS`` segments and
+    interruptions (each simulation pass serves one of them)."""
     section = _section(model)
     rate = job.rate
     work = job.steps * float(figures["mean_step_s"])
     if rate == 0:
         return np.full(section.runs, float(figures["expected_s"]))
+    events = float(figures["expected_s"]) * rate + work / float(figures["interval_s"])
+    if not events <= MAX_EVENTS:
+        warnings.warn(f"reliability.monte_carlo: skipped, a run would take about {events:.3g} segments and "
+                      f"interruptions (more than {MAX_EVENTS}); p50 and p90 are not reported", ScenarioWarning,
+                      stacklevel=2)
+        return None
     shares = np.array([e.count * e.rate_per_day for e in job.interrupting]) / (rate * DAY)
     base = float(figures["restart_base_s"])
     return simulate(work, float(figures["interval_s"]), float(figures["pause_s"]), rate,
@@ -333,16 +345,20 @@ def monte_carlo(job: JobReliability, model: Model, figures: dict) -> np.ndarray:
                     seed=section.seed, weibull_shape=section.weibull_shape)
 
 
-def report(model: Model) -> tuple[dict, list[str]]:
-    """``flowmodel run``'s figures (floats) and printed lines, for the job that takes longest to train."""
-    jobs = plan(model)
+def report(model: Model, jobs: dict[str, JobReliability] | None = None) -> tuple[dict, list[str]]:
+    """``flowmodel run``'s figures (floats) and printed lines, for the job that takes longest to train
+    (``jobs``: from ``plan(model)``, when already made)."""
+    jobs = plan(model) if jobs is None else jobs
     per_job = {}
     for name, job in jobs.items():
         evaluate = jax.jit(lambda net, job=job: time_to_train(job, model, net))  # one program: eager is slow
         figures = {k: float(v) for k, v in evaluate(model.network).items()}
         runs = monte_carlo(job, model, figures)
-        figures.update(mc_mean_s=float(runs.mean()), mc_stderr_s=float(runs.std(ddof=1) / math.sqrt(runs.size)),
-                       mc_p50_s=float(np.percentile(runs, 50)), mc_p90_s=float(np.percentile(runs, 90)))
+        if runs is None:
+            figures.update(mc_mean_s=math.nan, mc_stderr_s=math.nan, mc_p50_s=math.nan, mc_p90_s=math.nan)
+        else:
+            figures.update(mc_mean_s=float(runs.mean()), mc_stderr_s=float(runs.std(ddof=1) / math.sqrt(runs.size)),
+                           mc_p50_s=float(np.percentile(runs, 50)), mc_p90_s=float(np.percentile(runs, 90)))
         per_job[name] = (job, figures)
     name = max(per_job, key=lambda n: per_job[n][1]["expected_s"])
     job, f = per_job[name]

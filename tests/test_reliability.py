@@ -47,11 +47,18 @@ def tiny():
 # ---- the renewal-reward model -----------------------------------------------------------------------
 
 def test_llama3_rate_gives_its_interruptions():
-    section = st.Reliability(gpu=st.Component(rate_per_day=LLAMA3_RATE))
-    rate = 16_384 * section.gpu.rate_per_day / DAY  # per second, every GPU interrupts the job
+    # through the plumbing: config units, the job's exposures, its interruption rate; 32 GPUs at the
+    # Llama 3 per-GPU rate, scaled to its 16,384 GPUs over 54 days
+    data = copy.deepcopy(TINY)
+    data["reliability"] = {"gpu": {"rate_per_day": LLAMA3_RATE}, "storage": {"bandwidth": "10GB/s"}}
+    model = scenario.prepare(config.parse(data))
+    job = reliability.plan(model)["job"]
+    (gpu,) = job.interrupting
+    assert (gpu.name, gpu.count) == ("gpu", 32) and not job.degrading
+    per_gpu_day = job.rate * DAY / 32
     assert LLAMA3_RATE == pytest.approx(4.736e-4, rel=1e-3)
-    assert rate * DAY == pytest.approx(7.76, abs=0.01)
-    assert rate * 54 * DAY == pytest.approx(419, abs=1e-9)
+    assert 16_384 * per_gpu_day == pytest.approx(7.76, abs=0.01)
+    assert 16_384 * per_gpu_day * 54 == pytest.approx(419, rel=1e-12)
 
 
 def test_plausible_checkpoint_and_restart_give_over_90_percent_at_llama3_scale():

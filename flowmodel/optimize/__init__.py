@@ -5,6 +5,7 @@ from ._mlu import lp_min_mlu as lp_min_mlu
 from ._mlu import split_for_min_mlu as split_for_min_mlu
 from ._refine import Check as Check
 from ._refine import Finish as Finish
+from ._refine import Infeasible as Infeasible
 from ._refine import budget_range as budget_range
 from ._refine import finish as finish
 from ._refine import optimality_check as optimality_check

@@ -19,6 +19,7 @@ certifies the point.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
@@ -29,6 +30,10 @@ import numpy as np
 from ._search import Result, Space, project_budget
 
 STEPS = tuple(4.0**-i for i in range(1, 7))  # move sizes 1/4 .. 1/4096, in knob positions (a box is [0, 1])
+
+
+class Infeasible(ValueError):
+    """No combination of allowed values fits the budget."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +83,12 @@ def _moves(z: np.ndarray, b: np.ndarray, slack: float, free: Sequence[int], step
         up = min(step, 1.0 - z[i], z[j] * b[j] / b[i])
         if up > 1e-12:
             yield f"{names[i]} up, {names[j]} down", _with(z, {i: z[i] + up, j: z[j] - up * b[i] / b[j]})
+
+
+def _around(values: list[float], x: float) -> list[float]:
+    """The sorted ``values`` just below and just above ``x`` (one when ``x`` is outside them)."""
+    i = bisect.bisect_left(values, x)
+    return sorted({values[max(i - 1, 0)], values[min(i, len(values) - 1)]})
 
 
 def _with(z: np.ndarray, changes: dict[int, float]) -> np.ndarray:
@@ -147,6 +158,7 @@ class Finish:
     roundings: int
     evaluations: int
     gradients: int = 0
+    budget: float | None = None
 
 
 def polish(value_and_grad: Callable, z0, space: Space, *, budget: float | None = None, fixed: Sequence[int] = (),
@@ -214,7 +226,7 @@ def finish(result: Result, network, space: Space, exact: Callable, *, budget: fl
         choices.append(allowed)
     combos = list(itertools.product(*choices))
     if len(combos) > max_roundings:  # the allowed values on either side of each searched position
-        near = [sorted(c, key=lambda v: abs(v - searched[i]))[:2] for i, c in zip(discrete, choices)]
+        near = [_around(c, searched[i]) for i, c in zip(discrete, choices)]
         combos = sorted(itertools.product(*near), key=lambda c: sum(abs(v - searched[i]) for i, v in zip(discrete, c)))
         combos = combos[:max_roundings]
     continuous = [i for i in range(len(space.knobs)) if i not in discrete]
@@ -236,22 +248,26 @@ def finish(result: Result, network, space: Space, exact: Callable, *, budget: fl
         if best is None or value < best[1]:
             best = (z, value, check)
     if best is None:
-        raise ValueError(f"rounding: no combination of allowed values fits the budget {budget:.6g}")
+        raise Infeasible(f"rounding: no combination of allowed values fits the budget {budget:.6g}")
     z, value, check = best
     values = space.values(z)
     params = {g: {"value": float(v), "unit": space.info.groups[g].unit} for g, v in values.items()}
     refined = dataclasses.replace(result, optimized=value, parameters=params, cost=float(a + b @ z),
                                   network=space.network(network, jnp.asarray(z)))
-    return Finish(refined, check, len(combos), counted.count, polished)
+    return Finish(refined, check, len(combos), counted.count, polished, budget)
 
 
 def pareto(result: Result, network, space: Space, exact: Callable, budgets: Sequence[float], *,
            gradient: Callable | None = None, tolerance: float = 1e-3) -> list[Finish]:
     """The cost / step-time front: ``finish`` at each budget (ascending), each warm-started from the
-    previous point's optimum (projected onto the budget when it is lower)."""
+    previous point's optimum (projected onto the budget when it is lower); budgets no rounding of
+    the allowed values fits are left out."""
     points, start = [], result
     for budget in sorted(budgets):
-        point = finish(start, network, space, exact, budget=budget, gradient=gradient, tolerance=tolerance)
+        try:
+            point = finish(start, network, space, exact, budget=budget, gradient=gradient, tolerance=tolerance)
+        except Infeasible:
+            continue  # below the cheapest rounding: no buildable point at this budget
         points.append(point)
         start = point.result
     return points

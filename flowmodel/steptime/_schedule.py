@@ -12,7 +12,9 @@ op whose end time stays 0. The evaluation is one ``lax.fori_loop`` over the wave
 gathers and scatters, so its program does not grow with the micro-batch count; its gradient is a
 custom VJP that sweeps the waves backwards and routes each op's cotangent to its duration and to the
 predecessor that set its start (split in half on a tie, as ``jnp.maximum`` does), in O(ops) memory.
-The float64 event simulation it replaces is ``flowmodel.reference.pipeline_schedule``.
+The float64 event simulation it replaces is ``flowmodel.reference.pipeline_schedule``. The step
+time is differentiable in reverse mode (``jax.grad``, ``jax.vjp``, and ``vmap`` of them); forward mode
+(``jax.jvp``, ``jax.jacfwd``) is not defined through the custom VJP.
 """
 
 from __future__ import annotations

@@ -233,7 +233,8 @@ class Training:
         return self.global_batch // (self.parallelism.dp * self.micro_batch)
 
     def memory(self) -> dict[str, float]:
-        """Estimated bytes per GPU on the fullest pipeline rank (docs/sources.md, "Memory per GPU").
+        """Estimated bytes per GPU (docs/sources.md, "Memory per GPU"): the static state of the pipeline
+        rank with the most parameters and the activations of the first rank, which holds the most.
 
         ``weights`` (``dtype_bytes`` per parameter) and ``gradients`` (``grad_bytes``) of the rank's
         layers (and embeddings on the first and last stage) over TP, MoE experts also over EP;
