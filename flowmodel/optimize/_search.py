@@ -121,26 +121,24 @@ class Space:
     def network(self, base: Network, z) -> Network:
         return apply_groups(base, self.info, self.values(z))
 
+    def _unit_costs(self) -> list[float]:
+        """Per knob, the cost of one unit of its capacity-linear quantity."""
+        price = self.cost.link_prices(self.info)
+        return [float(np.sum(price[self.info.groups[k.group].links] * self.info.groups[k.group].coef))
+                for k in self.knobs]
+
     def cost_at(self, values: Mapping[str, float]) -> float:
         """Cost of the knobs' links at group ``values`` (ratio or bytes/s), inside the box or not."""
-        price = self.cost.link_prices(self.info)
-        total = 0.0
-        for k in self.knobs:
-            g = self.info.groups[k.group]
-            v = values[k.group]
-            total += float(np.sum(price[g.links] * g.coef)) * (v if g.kind == CAPACITY else 1.0 / v)
-        return total
+        return sum(unit * (values[k.group] if self.info.groups[k.group].kind == CAPACITY else 1.0 / values[k.group])
+                   for k, unit in zip(self.knobs, self._unit_costs()))
 
     def cost_line(self) -> tuple[float, np.ndarray]:
         """Cost of the knobs' links = a + b . z."""
-        price = self.cost.link_prices(self.info)
         a, b = 0.0, []
-        for k in self.knobs:
-            g = self.info.groups[k.group]
+        for k, unit in zip(self.knobs, self._unit_costs()):
             lo, hi = self._linear(k)
-            per_unit = float(np.sum(price[g.links] * g.coef))  # cost per unit of the linear quantity
-            a += per_unit * lo
-            b.append(per_unit * (hi - lo))
+            a += unit * lo
+            b.append(unit * (hi - lo))
         return a, np.array(b)
 
 

@@ -40,6 +40,8 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
+from ..fabric._tags import Kind, Tier
+
 DAY = 86400.0
 
 
@@ -62,9 +64,9 @@ class Component:
         _finite(f"{where}.repair", self.repair)
 
 
-SWITCHES = ("scale_up_switch", "leaf", "spine", "aggregation", "border")  # fabric.Kind of a switch
+SWITCHES = (Kind.SCALE_UP_SWITCH, Kind.LEAF, Kind.SPINE, Kind.AGGREGATION, Kind.BORDER)  # of a built fabric
 CHECKPOINT_MODES = ("pause", "overlap")
-CABLES = ("scale_up", "nic", "leaf_spine", "spine_aggregation", "border", "long_haul")  # fabric.Tier
+CABLES = Tier.ALL
 
 
 @dataclasses.dataclass(frozen=True)
