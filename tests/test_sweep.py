@@ -60,7 +60,7 @@ def test_grid_random_points_and_tables(tmp_path):
     csv_path, json_path = sweep.write_table(table, str(tmp_path), "t")
     rows = list(csv.DictReader(open(csv_path)))
     assert len(rows) == 6 and float(rows[-1]["prod"]) == 60
-    assert json.load(open(json_path))[0] == {"a": 1.0, "b": 10.0, "sum": 11.0, "prod": 10.0}
+    assert json.load(open(json_path))["rows"][0] == {"a": 1.0, "b": 10.0, "sum": 11.0, "prod": 10.0}
 
 
 @pytest.mark.parametrize("call, match", [
