@@ -216,14 +216,11 @@ def finish(result: Result, network, space: Space, exact: Callable, *, budget: fl
     polished = 0
     a, b = space.cost_line()
     slack = np.inf if budget is None else budget - a
-    searched = space.positions({g: p["value"] for g, p in result.parameters.items()})
+    values = {g: p["value"] for g, p in result.parameters.items()}
+    searched = space.positions(values)
     discrete = [i for i, k in enumerate(space.knobs) if k.allowed]
-    choices = []
-    for i in discrete:
-        k = space.knobs[i]
-        allowed = sorted({float(space.positions({**{g: p["value"] for g, p in result.parameters.items()},
-                                                 k.group: v})[i]) for v in k.allowed})
-        choices.append(allowed)
+    choices = [sorted({float(space.positions({**values, space.knobs[i].group: v})[i]) for v in space.knobs[i].allowed})
+               for i in discrete]  # each discrete knob's allowed values, as positions
     combos = list(itertools.product(*choices))
     if len(combos) > max_roundings:  # the allowed values on either side of each searched position
         near = [_around(c, searched[i]) for i, c in zip(discrete, choices)]
