@@ -60,11 +60,15 @@ _DEFAULT = {"all_reduce": "ring", "all_gather": "ring", "reduce_scatter": "ring"
 
 @dataclasses.dataclass(frozen=True)
 class TraceSystem:
-    """What flowmodel takes from an ASTRA-sim ``system.json``: the algorithm per collective kind, the
-    per-step latency (``endpoint-delay``, ns), and the keys it does not model (``ignored``)."""
+    """What flowmodel takes from an ASTRA-sim ``system.json``: the algorithm per collective kind
+    (``IMPLEMENTATIONS``), the per-step latency (``endpoint-delay``, ns), ``chunks`` (from
+    ``preferred-dataset-splits``: a collective runs as that many chunks one after another, each paying
+    the latency term, as ASTRA-sim does with one active chunk), and the keys it does not model
+    (``ignored``)."""
 
     algorithms: tuple[tuple[str, str], ...] = ()
     step_latency: float | None = None
+    chunks: int = 1
     ignored: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
 
@@ -78,7 +82,7 @@ def read_system(path: str) -> TraceSystem:
         raise TraceError(f"{path}: cannot read the system file ({e})") from None
     if not isinstance(spec, dict):
         raise TraceError(f"{path}: expected a JSON object")
-    algorithms, notes, ignored, step_latency = {}, [], [], None
+    algorithms, notes, ignored, step_latency, chunks = {}, [], [], None, 1
     for key, value in spec.items():
         if key in SYSTEM_KEYS:
             dims = value if isinstance(value, list) else [value]
@@ -91,13 +95,17 @@ def read_system(path: str) -> TraceSystem:
                 algorithms[kind] = "ring"
             if len(dims) > 1:
                 notes.append(f"{key}: one algorithm over the whole group ({dims[0]!r}, the first dimension's)")
+        elif key == "preferred-dataset-splits":
+            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+                raise TraceError(f"{path}: preferred-dataset-splits: must be an integer >= 1, got {value!r}")
+            chunks = value
         elif key == "endpoint-delay":
             if not (isinstance(value, (int, float)) and value >= 0):
                 raise TraceError(f"{path}: endpoint-delay: must be >= 0 (ns), got {value!r}")
             step_latency = float(value) * 1e-9
         else:
             ignored.append(key)
-    return TraceSystem(tuple(sorted(algorithms.items())), step_latency, tuple(ignored), tuple(notes))
+    return TraceSystem(tuple(sorted(algorithms.items())), step_latency, chunks, tuple(ignored), tuple(notes))
 
 
 class _Dag:
@@ -244,16 +252,19 @@ class TraceResult:
 
 
 def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecmp", seed: int = 0, qps: int = 4,
-                  algorithms: dict | None = None) -> PreparedTrace:
+                  algorithms: dict | None = None, chunks: int = 1) -> PreparedTrace:
     """Match a trace's communication, build its DAG and route every contention class on ``router``'s
     fabric. ``gpus``: the GPU of each trace rank (default: rank r on GPU r); ``algorithms``: collective
-    kind -> algorithm (default ring; all-to-all direct)."""
+    kind -> algorithm (default ring; all-to-all direct); ``chunks``: collectives run as that many
+    chunks one after another (the bandwidth term is unchanged, the latency term is paid per chunk)."""
     R = trace.num_ranks
     gpus = np.arange(R) if gpus is None else np.asarray(gpus, np.int64)
     if gpus.shape != (R,) or len(set(gpus.tolist())) != R:
         raise TraceError(f"gpus: needs {R} distinct GPUs (one per trace rank), got {gpus.shape[0]}")
     if gpus.max(initial=0) >= router.info.num_gpus or gpus.min(initial=0) < 0:
         raise TraceError(f"{trace.prefix}: the trace has {R} ranks, but the fabric has {router.info.num_gpus} GPUs")
+    if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or chunks < 1:
+        raise TraceError(f"chunks: must be an integer >= 1, got {chunks!r}")
     algs = dict(_DEFAULT, **(algorithms or {}))
     for kind, alg in algs.items():
         if kind not in coll.ALGORITHMS or alg not in coll.ALGORITHMS[kind]:
@@ -398,7 +409,8 @@ def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecm
         else:
             groups = np.unique(np.array([inst_key[i][3] for i in members]), axis=0)
             collective = _build(kind, algs, gpus[groups], nbytes)
-        phases = tuple(route_phase(ph, router, policy, seed=seed, qps=qps) for ph in collective.phases)
+        phases = tuple(route_phase(_chunked(ph, chunks), router, policy, seed=seed, qps=qps)
+                       for ph in collective.phases)
         slot[members] = len(classes)
         classes.append(_Class(name, phases, False))
         labels.append(name)
@@ -420,7 +432,7 @@ def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecm
             flow_inst.append(np.full(ph.num_flows, j))
             steps = ph.steps
         merged = coll.Phase(np.concatenate(srcs), np.concatenate(dsts), np.concatenate(sizes), steps)
-        rp = route_phase(merged, router, policy, seed=seed, qps=qps)
+        rp = route_phase(_chunked(merged, chunks), router, policy, seed=seed, qps=qps)
         nodes = np.array(members, np.int64)  # instance i is DAG node i
         slot[nodes] = num_static + num_dynamic + np.arange(len(members))
         num_dynamic += len(members)
@@ -433,6 +445,10 @@ def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecm
     dag = _Dag(n_dag, src, dst, const, slot, describe)
     return PreparedTrace(trace, gpus, tuple(classes), num_static, num_dynamic, dag, dag_of, rank_of, kind_of_dag,
                          tuple(labels), describe, _dag_function(dag))
+
+
+def _chunked(ph: coll.Phase, chunks: int) -> coll.Phase:
+    return ph if chunks == 1 else dataclasses.replace(ph, steps=ph.steps * chunks)
 
 
 def _seq(nodes, pos) -> int:
@@ -502,19 +518,28 @@ def _dag_function(dag: _Dag):
     return ends
 
 
+def trace_class_times(prepared: PreparedTrace, capacity, latency, options: Options = EXACT, *, background=None):
+    """float[C]: the time of one call of each static contention class (``prepared.classes[:C]``), all its
+    groups at once: bandwidth term plus latency term, summed over the collective's phases."""
+    options = options.exact()
+    capacity = jnp.asarray(residual_capacity(capacity, background))
+    latency = jnp.asarray(latency)
+    times = [sum((phase_time(rp, capacity, latency, options) for rp in c.phases), jnp.zeros((), capacity.dtype))
+             for c in prepared.classes[:prepared.num_static]]
+    return jnp.stack(times).astype(capacity.dtype) if times else jnp.zeros(0, capacity.dtype)
+
+
 def simulate_trace(prepared: PreparedTrace, capacity, latency, options: Options = EXACT, *, background=None,
                    critical_path: bool = True) -> TraceResult:
     """Run a prepared trace on a fabric's ``capacity`` / ``latency`` (float[L]; differentiable: the
     makespan and every time is a JAX value). ``background``: float[L] bytes/s taken first by constant
     classes (a scenario's inference and background load)."""
     options = options.exact()
-    capacity = residual_capacity(capacity, background)
-    capacity, latency = jnp.asarray(capacity), jnp.asarray(latency)
+    capacity = jnp.asarray(residual_capacity(capacity, background))
+    latency = jnp.asarray(latency)
     dtype = capacity.dtype
-    static = [sum((phase_time(rp, capacity, latency, options) for rp in c.phases), jnp.zeros((), dtype))
-              for c in prepared.classes[:prepared.num_static]]
-    zeros = jnp.zeros(prepared.num_dynamic + 1, dtype)
-    d = jnp.concatenate([jnp.stack(static).astype(dtype) if static else jnp.zeros(0, dtype), zeros])
+    static = trace_class_times(prepared, capacity, latency, options)
+    d = jnp.concatenate([static, jnp.zeros(prepared.num_dynamic + 1, dtype)])
     end = prepared.ends(d)
     if prepared.num_dynamic:
         durations = []
@@ -552,6 +577,14 @@ def _critical(prepared: PreparedTrace, d, end) -> list:
 def trace_makespan(prepared: PreparedTrace, capacity, latency, options: Options = EXACT, *, background=None):
     """The trace's makespan (s), differentiable in ``capacity`` and ``latency`` (jit/vmap/grad safe)."""
     return simulate_trace(prepared, capacity, latency, options, background=background, critical_path=False).makespan
+
+
+def _remove_stale(prefix: str, ranks: int) -> None:
+    """Rank files of an earlier, larger trace under the same prefix would be read as part of this one."""
+    r = ranks
+    while os.path.exists(f"{prefix}.{r}.et"):
+        os.remove(f"{prefix}.{r}.et")
+        r += 1
 
 
 def export_training(plan: TrainingPlan, prefix: str) -> dict:
@@ -680,6 +713,7 @@ def export_training(plan: TrainingPlan, prefix: str) -> dict:
         nodes += w.count
         w.close()
     write_comm_groups(prefix, groups)
+    _remove_stale(prefix, len(writers))
     implementation = {"ring": "ring", "tree": "doubleBinaryTree"}[job.algorithm]
     with open(f"{prefix}.system.json", "w") as fh:
         json.dump({"all-reduce-implementation": [implementation], "all-gather-implementation": ["ring"],
