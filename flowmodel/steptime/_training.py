@@ -245,7 +245,7 @@ def compute_times(job: Training) -> tuple[float, float]:
 
 def _step_numbers(plan: TrainingPlan, capacity, latency, background, logits, options: Options):
     """The numbers of a ``StepResult``."""
-    job, par, model = plan.job, plan.job.parallelism, plan.job.model
+    job, par = plan.job, plan.job.parallelism
     capacity = capacity if background is None else capacity - background
     phases = _resolve(plan, logits)
     seconds = {name: phase_time(ph, capacity, latency, options) for name, ph in phases.items() if name != "dp"}

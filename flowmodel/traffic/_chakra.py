@@ -52,6 +52,11 @@ _SCALARS = [("double", "TYPE_DOUBLE"), ("float", "TYPE_FLOAT"), ("int32", "TYPE_
             ("sfixed64", "TYPE_SFIXED64"), ("bool", "TYPE_BOOL"), ("string", "TYPE_STRING"), ("bytes", "TYPE_BYTES")]
 
 
+# the attributes the reader uses (others, e.g. is_cpu_op, are skipped unread)
+_USED = frozenset({"duration_seconds", "comm_type", "comm_size", "size_bytes", "tensor_size", "comm_group", "pg_name",
+                   "comm_src", "comm_dst", "comm_tag", "flowmodel_phase"})
+
+
 class TraceError(ValueError):
     """A trace that cannot be read or simulated; the message names the file, rank and node."""
 
@@ -93,7 +98,8 @@ def _schema():
         coll.value.add(name=name, number=i)
     message("Node", [(1, "id", "TYPE_UINT64", opt, None, False), (2, "name", "TYPE_STRING", opt, None, False),
                      (3, "type", "TYPE_ENUM", opt, ".ChakraProtoMsg.NodeType", False),
-                     (4, "ctrl_deps", "TYPE_UINT64", rep, None, False), (5, "data_deps", "TYPE_UINT64", rep, None, False),
+                     (4, "ctrl_deps", "TYPE_UINT64", rep, None, False),
+                     (5, "data_deps", "TYPE_UINT64", rep, None, False),
                      (6, "start_time_micros", "TYPE_UINT64", opt, None, False),
                      (7, "duration_micros", "TYPE_UINT64", opt, None, False),
                      (8, "inputs", "TYPE_MESSAGE", opt, ".ChakraProtoMsg.IOInfo", False),
@@ -283,6 +289,7 @@ def _read_rank(path, rank, n_ranks, messages, named, groups) -> RankTrace:
     peer = np.full(N, -1, np.int64)
     tag = np.zeros(N, np.int64)
     names, comm, label, dep_lists = [], [None] * N, [None] * N, []
+    seen: dict[tuple, int] = {}
     for i, raw in enumerate(messages):
         try:
             node = Node.FromString(raw)
@@ -295,7 +302,7 @@ def _read_rank(path, rank, n_ranks, messages, named, groups) -> RankTrace:
                              f"(known: {', '.join(NODE_TYPES[1:])})")
         ids[i], types[i] = node.id, t
         names.append(node.name)
-        attrs = {a.name: attribute_value(a) for a in node.attr}
+        attrs = {a.name: attribute_value(a) for a in node.attr if a.name in _USED}
         if t == COMP or t in (METADATA, MEM_LOAD, MEM_STORE):
             exact = attrs.get("duration_seconds")
             duration[i] = float(exact) if exact is not None else node.duration_micros * 1e-6
@@ -310,7 +317,11 @@ def _read_rank(path, rank, n_ranks, messages, named, groups) -> RankTrace:
                 raise TraceError(f"{path}: rank {rank}, node {node.id}: collective {COMM_TYPES[ct]} is not modelled "
                                  f"(modelled: {', '.join(k for k, v in KIND_OF.items() if v)})")
             size[i] = _size(attrs, path, rank, node.id, required=comm[i] != "barrier")
-            group[i] = _group(attrs, named, groups, n_ranks, path, rank, node.id)
+            key = (attrs.get("pg_name"), attrs.get("comm_group"))
+            key = (key[0], tuple(key[1]) if key[1] is not None else None)
+            if key not in seen:  # each distinct group is checked once per rank
+                seen[key] = _group(attrs, named, groups, n_ranks, path, rank, node.id)
+            group[i] = seen[key]
         if t in (COLL, SEND, RECV) and attrs.get("flowmodel_phase"):
             label[i] = str(attrs["flowmodel_phase"])
         if t in (SEND, RECV):
