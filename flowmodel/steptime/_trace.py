@@ -645,77 +645,93 @@ def export_training(plan: TrainingPlan, prefix: str) -> dict:
 
     schedule = one_f_one_b(p, m, v)
     nodes = 0
-    writers = []
-    for d in range(par.dp):
-        for s in range(p):
-            for c in range(par.cp):
-                for t in range(par.tp):
-                    r = int(rank_of[d, s, c, t])
-                    w = TraceWriter(f"{prefix}.{r}.et", {"producer": "flowmodel", "job": job.name})
-                    writers.append((r, w, (d, s, c, t)))
-    writers.sort(key=lambda x: x[0])
-    for r, w, (d, s, c, t) in writers:
-        last_of = {}  # (kind, mb, stage) -> the op's last node
-        last = None
-        for kind, mb, k in schedule[s]:
-            deps = [] if last is None else [last]
-            incoming = k > 0 if kind == "F" else k < V - 1
-            if incoming:
-                prev_s = (k - 1) % p if kind == "F" else (k + 1) % p
-                peer = int(rank_of[d, prev_s, c, t])
-                link = (k - 1) % p if kind == "F" else k % p
-                lab = f"pp_forward[{link}]" if kind == "F" else f"pp_backward[{link}]"
-                tag = 2 * (mb * V + k) + (kind == "B")
-                deps.append(w.add(RECV, f"{kind} mb{mb} stage{k} recv", attrs={
-                    "comm_src": peer, "comm_dst": r, "comm_tag": tag, "comm_size": int(round(shard)),
-                    "size_bytes": float(shard), "flowmodel_phase": lab}))
-            if kind == "B" and k == V - 1:
-                deps.append(last_of[("F", mb, k)])
-            scale = 1.0 if kind == "F" else 2.0
-            layer_comm = per_layer + (cp_f if kind == "F" else cp_b) + ep
-            node = None
-            if k == V - 1 and kind == "B":
-                node = w.add(COMP, f"B mb{mb} stage{k} head", deps=deps, duration=scale * head_f)
-                deps = [node]
-            for layer in range(int(plan.layers[k])):
-                node = w.add(COMP, f"{kind} mb{mb} stage{k} layer{layer}", deps=deps,
-                             duration=scale * layer_f)
-                for ckind, lab, nbytes, grp in layer_comm:
-                    name = grp(d, s, c, t)
-                    node = w.add(COLL, f"{kind} mb{mb} stage{k} layer{layer} {lab}", deps=[node], attrs={
-                        "comm_type": COMM_TYPE_OF[ckind], "comm_size": int(round(nbytes)),
-                        "size_bytes": float(nbytes), "pg_name": name, "comm_group": groups[name],
-                        "flowmodel_phase": lab})
-                deps = [node]
-            if k == V - 1 and kind == "F":
-                node = w.add(COMP, f"F mb{mb} stage{k} head", deps=deps, duration=head_f)
-            if node is None:  # a stage without layers: a zero-time compute node keeps the chain
-                node = w.add(COMP, f"{kind} mb{mb} stage{k}", deps=deps, duration=0.0)
-            last_of[(kind, mb, k)] = last = node
-            outgoing = k < V - 1 if kind == "F" else k > 0
-            if outgoing:
-                next_s = (k + 1) % p if kind == "F" else (k - 1) % p
-                peer = int(rank_of[d, next_s, c, t])
-                link = k % p if kind == "F" else (k - 1) % p
-                lab = f"pp_forward[{link}]" if kind == "F" else f"pp_backward[{link}]"
-                tag = 2 * (mb * V + (k + 1 if kind == "F" else k - 1)) + (kind == "B")
-                w.add(SEND, f"{kind} mb{mb} stage{k} send", deps=[node], attrs={
-                    "comm_src": r, "comm_dst": peer, "comm_tag": tag, "comm_size": int(round(shard)),
-                    "size_bytes": float(shard), "flowmodel_phase": lab})
-        if dp_sizes is not None:
-            for chunk in range(v):
-                k = chunk * p + s
-                name = group(f"dp.{s}.{t}", rank_of[:, s, :, t].reshape(-1))
-                w.add(COLL, f"stage{k} dp all_reduce", deps=[last_of[("B", m - 1, k)]] if m else [], attrs={
-                    "comm_type": COMM_TYPE_OF["all_reduce"], "comm_size": int(round(dp_sizes[k])),
-                    "size_bytes": float(dp_sizes[k]), "pg_name": name, "comm_group": groups[name],
-                    "flowmodel_phase": "dp"})
-        nodes += w.count
-        w.close()
+    coords = sorted((int(rank_of[d, s, c, t]), (d, s, c, t)) for d in range(par.dp) for s in range(p)
+                    for c in range(par.cp) for t in range(par.tp))
+    written, w = [], None
+    try:
+        for r, (d, s, c, t) in coords:
+            w = TraceWriter(f"{prefix}.{r}.et", {"producer": "flowmodel", "job": job.name})
+            nodes += _write_rank(w, r, d, s, c, t, schedule[s], rank_of, plan, groups, group, per_layer, cp_f, cp_b,
+                                 ep, shard, dp_sizes, layer_f, head_f)
+            w.close()
+            written.append(w.path)
+    except BaseException:  # a partial trace would read as a smaller one: leave none
+        if w is not None:
+            w.discard()
+        for path in written:
+            os.remove(path)
+        raise
     write_comm_groups(prefix, groups)
-    _remove_stale(prefix, len(writers))
+    _remove_stale(prefix, len(coords))
     implementation = {"ring": "ring", "tree": "doubleBinaryTree"}[job.algorithm]
     with open(f"{prefix}.system.json", "w") as fh:
         json.dump({"all-reduce-implementation": [implementation], "all-gather-implementation": ["ring"],
                    "reduce-scatter-implementation": ["ring"], "all-to-all-implementation": ["direct"]}, fh, indent=2)
-    return {"ranks": len(writers), "nodes": nodes, "gpus": gpus.tolist(), "prefix": prefix}
+    return {"ranks": len(coords), "nodes": nodes, "gpus": gpus.tolist(), "prefix": prefix}
+
+
+def _write_rank(w, r, d, s, c, t, ops, rank_of, plan, groups, group, per_layer, cp_f, cp_b, ep, shard, dp_sizes,
+                layer_f, head_f) -> int:
+    """One rank's nodes of an exported training step (see ``export_training``); returns their count."""
+    par = plan.job.parallelism
+    p, v = par.pp, par.virtual_stages
+    V = p * v
+    last_of = {}  # (kind, mb, stage) -> the op's last node
+    last_backward = {}  # stage -> its last backward's last node
+    last = None
+    for kind, mb, k in ops:
+        deps = [] if last is None else [last]
+        incoming = k > 0 if kind == "F" else k < V - 1
+        if incoming:
+            prev_s = (k - 1) % p if kind == "F" else (k + 1) % p
+            peer = int(rank_of[d, prev_s, c, t])
+            link = (k - 1) % p if kind == "F" else k % p
+            lab = f"pp_forward[{link}]" if kind == "F" else f"pp_backward[{link}]"
+            tag = 2 * (mb * V + k) + (kind == "B")
+            deps.append(w.add(RECV, f"{kind} mb{mb} stage{k} recv", attrs={
+                "comm_src": peer, "comm_dst": r, "comm_tag": tag, "comm_size": int(round(shard)),
+                "size_bytes": float(shard), "flowmodel_phase": lab}))
+        if kind == "B" and k == V - 1:
+            deps.append(last_of[("F", mb, k)])
+        scale = 1.0 if kind == "F" else 2.0
+        layer_comm = per_layer + (cp_f if kind == "F" else cp_b) + ep
+        node = None
+        if k == V - 1 and kind == "B":
+            node = w.add(COMP, f"B mb{mb} stage{k} head", deps=deps, duration=scale * head_f)
+            deps = [node]
+        for layer in range(int(plan.layers[k])):
+            node = w.add(COMP, f"{kind} mb{mb} stage{k} layer{layer}", deps=deps,
+                         duration=scale * layer_f)
+            for ckind, lab, nbytes, grp in layer_comm:
+                name = grp(d, s, c, t)
+                node = w.add(COLL, f"{kind} mb{mb} stage{k} layer{layer} {lab}", deps=[node], attrs={
+                    "comm_type": COMM_TYPE_OF[ckind], "comm_size": int(round(nbytes)),
+                    "size_bytes": float(nbytes), "pg_name": name, "comm_group": groups[name],
+                    "flowmodel_phase": lab})
+            deps = [node]
+        if k == V - 1 and kind == "F":
+            node = w.add(COMP, f"F mb{mb} stage{k} head", deps=deps, duration=head_f)
+        if node is None:  # a stage without layers: a zero-time compute node keeps the chain
+            node = w.add(COMP, f"{kind} mb{mb} stage{k}", deps=deps, duration=0.0)
+        last_of[(kind, mb, k)] = last = node
+        if kind == "B":
+            last_backward[k] = node  # the rank runs a stage's backwards in order: the last one written is last
+        outgoing = k < V - 1 if kind == "F" else k > 0
+        if outgoing:
+            next_s = (k + 1) % p if kind == "F" else (k - 1) % p
+            peer = int(rank_of[d, next_s, c, t])
+            link = k % p if kind == "F" else (k - 1) % p
+            lab = f"pp_forward[{link}]" if kind == "F" else f"pp_backward[{link}]"
+            tag = 2 * (mb * V + (k + 1 if kind == "F" else k - 1)) + (kind == "B")
+            w.add(SEND, f"{kind} mb{mb} stage{k} send", deps=[node], attrs={
+                "comm_src": r, "comm_dst": peer, "comm_tag": tag, "comm_size": int(round(shard)),
+                "size_bytes": float(shard), "flowmodel_phase": lab})
+    if dp_sizes is not None:
+        for chunk in range(v):
+            k = chunk * p + s
+            name = group(f"dp.{s}.{t}", rank_of[:, s, :, t].reshape(-1))
+            w.add(COLL, f"stage{k} dp all_reduce", deps=[last_backward[k]], attrs={
+                "comm_type": COMM_TYPE_OF["all_reduce"], "comm_size": int(round(dp_sizes[k])),
+                "size_bytes": float(dp_sizes[k]), "pg_name": name, "comm_group": groups[name],
+                "flowmodel_phase": "dp"})
+    return w.count

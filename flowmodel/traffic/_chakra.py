@@ -385,13 +385,15 @@ def _group(attrs, named, groups, n_ranks, path, rank, node_id) -> int:
 
 @dataclasses.dataclass
 class TraceWriter:
-    """Writes one rank's ET file: ``add`` nodes in order, then ``close``. Node ids count from 0."""
+    """Writes one rank's ET file: ``add`` nodes in order, then ``close`` (the file appears whole at
+    ``close``: it is written under a temporary name; ``discard`` drops it). Node ids count from 0."""
 
     path: str
     metadata: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
-        self._fh = open(self.path, "wb")
+        self._tmp = f"{self.path}.tmp"
+        self._fh = open(self._tmp, "wb")
         meta = GlobalMetadata(version=VERSION)
         meta.attr.extend(make_attribute(k, v) for k, v in self.metadata.items())
         self._write(meta)
@@ -418,6 +420,12 @@ class TraceWriter:
 
     def close(self):
         self._fh.close()
+        os.replace(self._tmp, self.path)
+
+    def discard(self):
+        self._fh.close()
+        if os.path.exists(self._tmp):
+            os.remove(self._tmp)
 
 
 def write_comm_groups(prefix: str, groups: dict[str, list[int]]) -> str:
