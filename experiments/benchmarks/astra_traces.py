@@ -56,6 +56,9 @@ def table(astra: str) -> list[dict]:
     chunks = os.path.join(astra, "system", "Ring_4chunks.json")
     cases = [(kind, n, f"microbenchmarks/{kind}/{n}npus_1MB/{kind}", MiB) for kind in FACTOR for n in (4, 8, 16)]
     cases += [("all_reduce", n, f"generated/all_reduce/{n}npus_64MB/all_reduce", 64 * MiB) for n in (64, 256)]
+    # the Chakra generator's node-type samples: 64 NPUs, 64 MiB collectives
+    for name in ("ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER", "ALL_TO_ALL"):
+        cases.append((name.lower(), 64, f"generated/node_types_64npus/{name}", 64 * MiB))
     rows = []
     for kind, n, rel, size in cases:
         for topology in ("Ring", "Switch"):
@@ -67,7 +70,8 @@ def table(astra: str) -> list[dict]:
             wall = time.perf_counter() - t0
             chunked = trace.run(prefix, fabric, system=chunks)["makespan_s"]
             closed = closed_form(kind, n, size, topology)
-            row = {"case": f"{kind} {n} {topology}", "flowmodel_us": plain * 1e6, "closed_us": closed * 1e6,
+            sample = " (node-type sample)" if "node_types" in rel else ""
+            row = {"case": f"{kind} {n} {topology}{sample}", "flowmodel_us": plain * 1e6, "closed_us": closed * 1e6,
                    "vs_closed": plain / closed - 1, "chunked_us": chunked * 1e6, "wall_s": wall}
             if topology == "Ring" and (kind, n) in ASTRA_NS:
                 row["astra_us"] = ASTRA_NS[(kind, n)] / 1e3
@@ -125,7 +129,7 @@ def main(argv=None):
         return 1
     rows = table(args.astra)
     for row in rows:
-        row["case"] = row["case"].ljust(22)
+        row["case"] = row["case"].ljust(40)
     print_table(rows, [("case", "case", ""), ("flowmodel us", "flowmodel_us", ".3f"),
                        ("closed us", "closed_us", ".3f"),
                        ("vs closed", "vs_closed", ".2%"), ("4 chunks us", "chunked_us", ".3f"),
