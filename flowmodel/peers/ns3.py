@@ -158,15 +158,14 @@ def _channels(link_src, link_dst):
     """Pair every link with an unpaired reverse link: channel of each link and which end sends on it."""
     channel, end, ends = np.full(len(link_src), -1), np.zeros(len(link_src), np.int64), []
     spare: dict[tuple[int, int], list[int]] = {}
-    for l, (u, v) in enumerate(zip(link_src.tolist(), link_dst.tolist())):
+    for li, (u, v) in enumerate(zip(link_src.tolist(), link_dst.tolist())):
         back = spare.get((v, u))
         if back:
-            r = back.pop()
-            channel[l], end[l] = channel[r], 1
+            channel[li], end[li] = channel[back.pop()], 1
         else:
-            channel[l] = len(ends)
-            ends.append((u, v, l))
-            spare.setdefault((u, v), []).append(l)
+            channel[li] = len(ends)
+            ends.append((u, v, li))
+            spare.setdefault((u, v), []).append(li)
     return channel, end, ends
 
 
@@ -209,9 +208,9 @@ def _simulate(ns, data) -> dict:
     ns.InternetStackHelper().Install(nodes)
     channel, end, ends = _channels(link_src, link_dst)
     reverse = {}
-    for l in range(len(link_src)):
-        if end[l] == 1:
-            reverse[int(channel[l])] = l
+    for li in range(len(link_src)):
+        if end[li] == 1:
+            reverse[int(channel[li])] = li
     addresses = ns.Ipv4AddressHelper()
     addresses.SetBase(ns.Ipv4Address("10.0.0.0"), ns.Ipv4Mask("255.255.255.252"))
     p2p = ns.PointToPointHelper()
@@ -222,11 +221,11 @@ def _simulate(ns, data) -> dict:
     red = ns.TrafficControlHelper()
     red.SetRootQueueDisc("ns3::RedQueueDisc")
     devices, iface = [], []
-    for c, (u, v, l) in enumerate(ends):
-        p2p.SetChannelAttribute("Delay", ns.TimeValue(ns.NanoSeconds(int(round(latency[l] * 1e9)))))
+    for c, (u, v, fwd) in enumerate(ends):
+        p2p.SetChannelAttribute("Delay", ns.TimeValue(ns.NanoSeconds(int(round(latency[fwd] * 1e9)))))
         devs = p2p.Install(nodes.Get(u), nodes.Get(v))
-        back = reverse.get(c, l)
-        for k, link in ((0, l), (1, back)):
+        back = reverse.get(c, fwd)
+        for k, link in ((0, fwd), (1, back)):
             bps = int(round(capacity[link] * 8))
             devs.Get(k).SetAttribute("DataRate", ns.DataRateValue(ns.DataRate(bps)))
         ifc = addresses.Assign(devs)
