@@ -82,7 +82,7 @@ def run_ns3(all_cases, variant, rerun=False):
                      float(cached[f"{c.name}/wall"])) for c in all_cases}
 
 
-def fluid(case, transport):
+def fluid(case, transport, timed=True):
     """(fct float[F], wall s of the compiled call) of the fluid model, ``transport`` None or a Transport."""
     out, wall = [], 0.0
     for lo, hi in phases(case):
@@ -94,7 +94,8 @@ def fluid(case, transport):
         else:
             kw["transport"] = transport.with_window(case.window)
         inc = fm.incidence(routes, len(case.capacity))
-        fm.completion_times(routes, sizes, case.capacity, incidence=inc, **kw).block_until_ready()
+        if timed:
+            fm.completion_times(routes, sizes, case.capacity, incidence=inc, **kw).block_until_ready()
         t0 = time.perf_counter()
         out.append(np.asarray(fm.completion_times(routes, sizes, case.capacity, incidence=inc, **kw)))
         wall += time.perf_counter() - t0
