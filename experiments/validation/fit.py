@@ -17,12 +17,11 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numpy as np  # noqa: E402
 import run  # noqa: E402  (sets x64)
 
-import numpy as np  # noqa: E402
-
 import flowmodel as fm  # noqa: E402
-from flowmodel.kernels._transport import TCP_GOODPUT  # noqa: E402
+from flowmodel.kernels._transport import TCP_GOODPUT, WIRE_PACKET  # noqa: E402
 
 SLOW_START = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 RTT_EXPONENT = (0.0, 0.5, 1.0, 2.0, 3.0)
@@ -30,7 +29,7 @@ QUEUE = (0.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0)
 
 
 def profile(variant, s, beta, q):
-    return fm.Transport(variant, goodput=TCP_GOODPUT, handshake_rtts=1.0, slow_start=float(s),
+    return fm.Transport(variant, goodput=TCP_GOODPUT, packet_bytes=WIRE_PACKET, handshake_rtts=1.0, slow_start=float(s),
                         rtt_exponent=float(beta), queue_packets=float(q))
 
 

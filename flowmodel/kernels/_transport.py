@@ -47,21 +47,20 @@ class Transport:
     initial_window: float = 10 * 1448.0
     rtt_exponent: float = 0.0
     queue_packets: float = 0.0
-    packet_bytes: float = WIRE_PACKET
+    packet_bytes: float = 0.0  # wire bytes of a packet (store-and-forward, queue); 0: a fluid without packets
     window: float | None = None
 
     def __post_init__(self):
         def bad(field, want):
             raise ValueError(f"transport.{field}: must be {want}, got {getattr(self, field)!r}")
 
-        for field in ("handshake_rtts", "slow_start", "rtt_exponent", "queue_packets"):
+        for field in ("handshake_rtts", "slow_start", "rtt_exponent", "queue_packets", "packet_bytes"):
             v = getattr(self, field)
             if not (isinstance(v, (int, float)) and np.isfinite(v) and v >= 0):
                 bad(field, ">= 0")
-        for field in ("initial_window", "packet_bytes"):
-            v = getattr(self, field)
-            if not (isinstance(v, (int, float)) and np.isfinite(v) and v > 0):
-                bad(field, "> 0 bytes")
+        v = self.initial_window
+        if not (isinstance(v, (int, float)) and np.isfinite(v) and v > 0):
+            bad("initial_window", "> 0 bytes")
         if not (isinstance(self.goodput, (int, float)) and 0 < self.goodput <= 1):
             bad("goodput", "in (0, 1]")
         if self.window is not None and not (np.isfinite(self.window) and self.window > 0):
@@ -75,13 +74,11 @@ class Transport:
 # 10 Gbps links, 400-packet port buffers, DCTCP marking at 65 packets, long links buffered to one BDP);
 # goodput, the handshake and the initial window are physics, not fitted. DCTCP's slow_start is large
 # because its long-haul runs ramp linearly after the first marks (see README, "How accurate is it").
+_TCP = dict(goodput=TCP_GOODPUT, packet_bytes=WIRE_PACKET, handshake_rtts=1.0)
 PROFILES = {
-    "newreno": Transport("newreno", goodput=TCP_GOODPUT, handshake_rtts=1.0, slow_start=1.6, rtt_exponent=3.25,
-                         queue_packets=0.0),
-    "cubic": Transport("cubic", goodput=TCP_GOODPUT, handshake_rtts=1.0, slow_start=1.0, rtt_exponent=0.0,
-                       queue_packets=0.0),
-    "dctcp": Transport("dctcp", goodput=TCP_GOODPUT, handshake_rtts=1.0, slow_start=25.6, rtt_exponent=0.0,
-                       queue_packets=31.25),
+    "newreno": Transport("newreno", **_TCP, slow_start=1.6, rtt_exponent=3.25, queue_packets=0.0),
+    "cubic": Transport("cubic", **_TCP, slow_start=1.0, rtt_exponent=0.0, queue_packets=0.0),
+    "dctcp": Transport("dctcp", **_TCP, slow_start=25.6, rtt_exponent=0.0, queue_packets=31.25),
 }
 ALIASES = {"tcp": "newreno"}  # ns-3's default TCP
 
