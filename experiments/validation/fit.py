@@ -2,12 +2,13 @@
 
     PYTHONPATH=. python experiments/validation/fit.py      # needs the ns-3 results run.py cached
 
-Per TCP variant, the three fitted parameters of ``fm.Transport`` are chosen by a grid search (then a
-finer grid around the best point) minimising, over the fit cases only, the mean of
-``makespan error ** 2 + (median per-flow error) ** 2``. The held-out cases are evaluated once with the
-result and never enter the search. Fixed by physics, not fitted: goodput 1448/1502 (payload per PPP
-frame), one RTT of handshake, one packet of store-and-forward per hop, the initial window (10 segments).
-The printed values are the constants of ``flowmodel/kernels/_transport.py``.
+Per TCP variant, the four fitted parameters of ``fm.Transport`` (slow_start, ramp, rtt_exponent,
+queue_packets) are chosen by a grid search (then a finer grid around the best point) minimising, over
+the fit cases only, the mean of ``makespan error ** 2 + (median per-flow error) ** 2``. The held-out
+cases are evaluated once with the result and never enter the search. Fixed by physics, not fitted:
+goodput 1448/1502 (payload per PPP frame), one RTT of handshake, one packet of store-and-forward per
+hop, the initial window (10 segments). The printed values are the constants of
+``flowmodel/kernels/_transport.py``.
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ from flowmodel.kernels._transport import TCP_GOODPUT, WIRE_PACKET  # noqa: E402
 SLOW_START = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 RTT_EXPONENT = (0.0, 0.5, 1.0, 2.0, 3.0)
 QUEUE = (0.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0)
+RAMP = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0)
 
 
-def profile(variant, s, beta, q):
-    return fm.Transport(variant, goodput=TCP_GOODPUT, packet_bytes=WIRE_PACKET, handshake_rtts=1.0, slow_start=float(s),
-                        rtt_exponent=float(beta), queue_packets=float(q))
+def profile(variant, s, beta, q, r):
+    return fm.Transport(variant, goodput=TCP_GOODPUT, packet_bytes=WIRE_PACKET, handshake_rtts=1.0,
+                        slow_start=float(s), rtt_exponent=float(beta), queue_packets=float(q), ramp=float(r))
 
 
 def loss(tr, cases, measured):
@@ -43,12 +45,15 @@ def loss(tr, cases, measured):
 
 
 def fit(variant, cases, measured):
-    grid = list(itertools.product(SLOW_START, RTT_EXPONENT, QUEUE))
+    grid = list(itertools.product(SLOW_START, RTT_EXPONENT, QUEUE, RAMP))
     best = min(grid, key=lambda p: loss(profile(variant, *p), cases, measured))
-    s, b, q = best  # a finer grid around the coarse optimum
-    fine = itertools.product(np.clip(s * np.array([0.6, 0.8, 1, 1.25, 1.5]), 0, None) if s else [0.0, 0.1, 0.25],
-                             np.clip(b + np.array([-0.25, 0, 0.25]), 0, None),
-                             np.clip(q * np.array([0.6, 0.8, 1, 1.25, 1.5]), 0, None) if q else [0.0, 2.0, 5.0])
+    s, b, q, r = best  # a finer grid around the coarse optimum
+
+    def around(x, small):
+        return np.clip(x * np.array([0.6, 0.8, 1, 1.25, 1.5]), 0, None) if x else small
+
+    fine = itertools.product(around(s, [0.0, 0.1, 0.25]), np.clip(b + np.array([-0.25, 0, 0.25]), 0, None),
+                             around(q, [0.0, 2.0, 5.0]), around(r, [0.0, 0.05, 0.1]))
     best = min(set(fine) | {best}, key=lambda p: loss(profile(variant, *p), cases, measured))
     return profile(variant, *best)
 
@@ -61,7 +66,7 @@ def main():
     for variant in run.VARIANTS:
         measured = run.run_ns3(all_cases, variant)
         tr = fit(variant, fit_cases, measured)
-        print(f"{variant}: slow_start={tr.slow_start:g} rtt_exponent={tr.rtt_exponent:g} "
+        print(f"{variant}: slow_start={tr.slow_start:g} ramp={tr.ramp:g} rtt_exponent={tr.rtt_exponent:g} "
               f"queue_packets={tr.queue_packets:g}  (fit loss {loss(tr, fit_cases, measured):.4f})")
         for c in all_cases:
             ours, _ = run.fluid(c, tr, timed=False)

@@ -9,7 +9,9 @@ they are:
   data byte (1 for TCP's SYN / SYN-ACK), the store-and-forward of one packet on every hop, the standing
   queue at its bottleneck (``queue_packets`` packets at the slowest link of its route), and slow start:
   ``slow_start`` RTTs per doubling of the window from ``initial_window`` up to the flow's share of the
-  bandwidth-delay product (or its window, or its size, if smaller).
+  bandwidth-delay product (or its window, or its size, if smaller); and ``ramp`` RTTs per initial window
+  of that window, for a transport that leaves slow start early and regains its window by additive
+  increase (one segment per RTT: DCTCP's first marks halve the window, alpha starting at 1).
 - RTT-dependent sharing: weights x ``(RTT / max RTT) ** -rtt_exponent`` (loss-based TCP gives flows
   with short round trips more than their max-min share).
 - ``window``: bytes in flight per flow; the rate is capped at ``window / RTT``.
@@ -44,6 +46,7 @@ class Transport:
     goodput: float = 1.0
     handshake_rtts: float = 0.0
     slow_start: float = 0.0
+    ramp: float = 0.0
     initial_window: float = 10 * 1448.0
     rtt_exponent: float = 0.0
     queue_packets: float = 0.0
@@ -54,7 +57,7 @@ class Transport:
         def bad(field, want):
             raise ValueError(f"transport.{field}: must be {want}, got {getattr(self, field)!r}")
 
-        for field in ("handshake_rtts", "slow_start", "rtt_exponent", "queue_packets", "packet_bytes"):
+        for field in ("handshake_rtts", "slow_start", "ramp", "rtt_exponent", "queue_packets", "packet_bytes"):
             v = getattr(self, field)
             if not (isinstance(v, (int, float)) and np.isfinite(v) and v >= 0):
                 bad(field, ">= 0")
@@ -72,13 +75,13 @@ class Transport:
 
 # Fitted against ns-3 3.44 by experiments/validation/fit.py (grid search on the fit half of the cases only:
 # 10 Gbps links, 400-packet port buffers, DCTCP marking at 65 packets, long links buffered to one BDP);
-# goodput, the handshake and the initial window are physics, not fitted. DCTCP's slow_start is large
-# because its long-haul runs ramp linearly after the first marks (see README, "How accurate is it").
+# goodput, the handshake and the initial window are physics, not fitted. DCTCP's slow start and ramp are
+# large because on long links its first marks halve the window, regained one segment per RTT.
 _TCP = dict(goodput=TCP_GOODPUT, packet_bytes=WIRE_PACKET, handshake_rtts=1.0)
 PROFILES = {
-    "newreno": Transport("newreno", **_TCP, slow_start=1.6, rtt_exponent=3.25, queue_packets=0.0),
-    "cubic": Transport("cubic", **_TCP, slow_start=1.0, rtt_exponent=0.0, queue_packets=0.0),
-    "dctcp": Transport("dctcp", **_TCP, slow_start=25.6, rtt_exponent=0.0, queue_packets=31.25),
+    "newreno": Transport("newreno", **_TCP, slow_start=1.6, ramp=0.0, rtt_exponent=3.0, queue_packets=0.0),
+    "cubic": Transport("cubic", **_TCP, slow_start=1.0, ramp=0.0, rtt_exponent=0.25, queue_packets=0.0),
+    "dctcp": Transport("dctcp", **_TCP, slow_start=8.0, ramp=0.625, rtt_exponent=1.75, queue_packets=0.0),
 }
 ALIASES = {"tcp": "newreno"}  # ns-3's default TCP
 
@@ -120,6 +123,8 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
         bdp = jnp.minimum(bdp, transport.window)
     doublings = jnp.log2(jnp.maximum(bdp / transport.initial_window, 1.0))
     delay = transport.handshake_rtts * rtt + serialize + queue + transport.slow_start * rtt * doublings
+    if transport.ramp:
+        delay = delay + transport.ramp * rtt * jnp.maximum(bdp / transport.initial_window - 1.0, 0.0)
     if transport.rtt_exponent:
         ok = rtt > 0
         rel = jnp.where(ok, rtt, 1.0) / jnp.max(jnp.where(ok, rtt, 1.0))

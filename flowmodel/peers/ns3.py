@@ -13,7 +13,10 @@ timestamps), MinRto 1 ms (clock granularity 1 ms), delayed ACKs every 2 segments
 timeout (far below MinRto), initial window 10 segments, SACK on, socket buffers of ``window`` bytes
 (large by default, so that only congestion limits a flow). Queues: ``newreno`` and ``cubic`` use a
 drop-tail device queue of ``buffer`` packets (ns-3's default FqCoDel queue disc is removed);
-``dctcp`` a RED queue disc that marks ECN above ``dctcp_k`` packets; ``fqcodel`` NewReno over FqCoDel.
+``dctcp`` RED as a step ECN marker at ``dctcp_k`` packets on switch ports and, on the hosts' NICs (the
+flows' end nodes), FqCoDel marking CE above ``dctcp_k`` packets of sojourn: with RED on the NICs too, a
+ring on one switch (every NIC carrying data and the reverse flow's ACKs) ran at 70% of the link rate
+whatever K was, which no deployment would accept; ``fqcodel`` NewReno over FqCoDel everywhere.
 
 A finish time is FlowMonitor's time of the flow's last received packet (its FIN, just after the last
 data byte); retransmissions are the data packets sent beyond ``ceil(bytes / 1448)``, drops the packets
@@ -214,6 +217,8 @@ def _simulate(ns, data) -> dict:
     addresses.SetBase(ns.Ipv4Address("10.0.0.0"), ns.Ipv4Mask("255.255.255.252"))
     p2p = ns.PointToPointHelper()
     queued = variant in ("dctcp", "fqcodel")  # the queue disc holds the buffer; the device queue stays short
+    last = routes[np.arange(F), (routes >= 0).sum(axis=1) - 1]
+    hosts = set(link_src[routes[:, 0]].tolist()) | set(link_dst[last].tolist())
     tc = ns.TrafficControlHelper()
     devices, iface = [], []
     for c, (u, v, fwd) in enumerate(ends):
@@ -234,10 +239,17 @@ def _simulate(ns, data) -> dict:
         if variant != "fqcodel":
             tc.Uninstall(devs)
             if variant == "dctcp":
-                red = ns.TrafficControlHelper()
-                red.SetRootQueueDisc("ns3::RedQueueDisc", "MinTh", ns.DoubleValue(k), "MaxTh", ns.DoubleValue(k + 1),
-                                     "MaxSize", ns.QueueSizeValue(ns.QueueSize(f"{buffer}p")))
-                red.Install(devs)
+                for side, node in ((0, u), (1, v)):
+                    qdisc = ns.TrafficControlHelper()
+                    size = ns.QueueSizeValue(ns.QueueSize(f"{buffer}p"))
+                    if node in hosts:  # a host's fq qdisc, marking CE above K packets' worth of sojourn
+                        ce = ns.NanoSeconds(int(k * WIRE / capacity[fwd if side == 0 else back] * 1e9))
+                        qdisc.SetRootQueueDisc("ns3::FqCoDelQueueDisc", "UseEcn", ns.BooleanValue(True),
+                                               "CeThreshold", ns.TimeValue(ce), "MaxSize", size)
+                    else:  # a switch port: RED as a step marker at K
+                        qdisc.SetRootQueueDisc("ns3::RedQueueDisc", "MinTh", ns.DoubleValue(k),
+                                               "MaxTh", ns.DoubleValue(k + 1), "MaxSize", size)
+                    qdisc.Install(ns.NetDeviceContainer(devs.Get(side)))
         devices.append(devs)
         iface.append(ifc)
 
