@@ -40,6 +40,8 @@ import time
 
 import numpy as np
 
+from ._child import child_env
+
 VARIANTS = ("newreno", "cubic", "dctcp", "fqcodel")
 SEGMENT = 1448  # TCP payload of a 1500-byte IPv4 packet with the timestamp option
 WIRE = 1502     # those 1500 bytes plus the 2-byte PPP header of ns-3's point-to-point links
@@ -58,15 +60,8 @@ class Result:
 
 def available() -> bool:
     """Whether ns-3's Python bindings import (checked in a child process: the import costs ~7 s)."""
-    proc = subprocess.run([sys.executable, "-c", "from ns import ns"], capture_output=True, env=_child_env())
+    proc = subprocess.run([sys.executable, "-c", "from ns import ns"], capture_output=True, env=child_env())
     return proc.returncode == 0
-
-
-def _child_env():
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
 
 
 def instance(routes, sizes, capacity, link_src, link_dst, *, latency=None, start_times=None,
@@ -123,7 +118,7 @@ def run(instances: list[dict], *, timeout: float = 1800.0) -> list[Result]:
             paths += [src, dst]
         try:
             proc = subprocess.run([sys.executable, "-m", "flowmodel.peers.ns3", *paths], capture_output=True,
-                                  text=True, timeout=timeout, env=_child_env())
+                                  text=True, timeout=timeout, env=child_env())
         except subprocess.TimeoutExpired as e:
             raise RuntimeError(f"ns-3 child exceeded its time limit of {timeout:.0f} s") from e
         results = []
