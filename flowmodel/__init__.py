@@ -10,14 +10,16 @@ Public kernels (``flowmodel.kernels``; units are SI: bytes, seconds, bytes/s):
   window_limited_rate, queueing_delay, scheduled_bound, soft_max, route_latency, rtt_weights, link_bytes
                         congestion and latency models (kernels/congestion.py)
   Transport, transport_profile   transport profiles for completion_times (fitted against ns-3)
-Submodules, in the order data flows: fabric (scale-up / Clos / scale-across builders, compilation,
-link groups, failures, ASTRA-sim import), routing (candidate paths, ECMP / spray / QP scaling / WCMP),
-traffic (collectives, models, parallelism), steptime (phase times, pipeline schedules, training steps,
-several workloads), optimize (min-MLU splits, budgeted search); scenario (a typed scenario and its
-prepared model: the one assembly every command uses), config (YAML -> scenario), sweep (vmap,
-devices, processes), resilience (failure scenarios), reliability (time to train under failures,
-checkpoints and restarts), cli (the ``flowmodel`` command);
-reference (float64 oracles and certificates), peers.simgrid (the SimGrid cross-check), peers.ns3 (packet-level TCP).
+Submodules, in the order data flows: fabric (scale-up / Clos / scale-across builders, compilation, link
+groups, failures, ASTRA-sim import), routing (candidate paths, ECMP / spray / QP scaling / WCMP),
+traffic (collectives, models, parallelism, Chakra execution traces), steptime (phase times, pipeline
+schedules, training steps, several workloads, Chakra traces run on a fabric), optimize (min-MLU splits,
+budgeted search); scenario (a typed scenario and its prepared model: the one assembly every command
+uses), config (YAML -> scenario), sweep (vmap, devices, processes), resilience (failure scenarios),
+reliability (time to train under failures, checkpoints and restarts), trace (Chakra traces on an ASTRA-
+sim network or a scenario, and a scenario's jobs exported as traces), cli (the ``flowmodel`` command);
+reference (float64 oracles and certificates), peers.simgrid (the SimGrid cross-check),
+peers.ns3 (packet-level TCP).
 """
 
 from . import config as config
@@ -31,6 +33,7 @@ from . import routing as routing
 from . import scenario as scenario
 from . import steptime as steptime
 from . import sweep as sweep
+from . import trace as trace
 from . import traffic as traffic
 from .kernels import Events as Events
 from .kernels import Incidence as Incidence

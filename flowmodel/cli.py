@@ -1,4 +1,5 @@
-"""Command line: ``flowmodel run|optimize|sweep|failures|validate CONFIG [--out DIR] [--set KEY=VALUE]``.
+"""Command line: ``flowmodel run|optimize|sweep|failures|validate|export-trace CONFIG [--out DIR]
+[--set KEY=VALUE]`` and ``flowmodel trace PREFIX --network FILE [--system FILE] [--out DIR]``.
 
 Every command prepares the scenario once (``scenario.prepare``) and evaluates it through the same
 function (``Model.fleet``): ``run`` at the scenario's own network, ``optimize`` over its knobs,
@@ -7,7 +8,8 @@ function (``Model.fleet``): ``run`` at the scenario's own network, ``optimize`` 
 Each command writes its own files into ``DIR`` (default ``out/<config name>``), so commands never
 overwrite each other: ``run.json``; ``optimize.json``, ``optimize_loss.png``,
 ``optimize_breakdown.png``; ``sweep.json``, ``sweep.csv``, ``sweep.png``; ``failures.json``,
-``failures.png`` (``run.json`` adds the time to train when the scenario has a ``reliability``
+``failures.png``; ``trace.json``, ``trace_timeline.png``, ``trace_nodes.csv``; ``export-trace.json``
+and the traces ``<job>.<rank>.et`` (``run.json`` adds the time to train when the scenario has a ``reliability``
 section: ``time_to_train_days``, ``effective_training_time``, ``interruptions_per_day``,
 ``checkpoint_interval_s``, ...). Keys end in their unit (``_s`` seconds, ``_Bps`` bytes/s,
 ``_bytes``); every JSON file says so in its ``units`` map. The output folder is checked before any work, files are
@@ -301,16 +303,73 @@ def cmd_validate(scenario, out: str | None, quiet: bool) -> dict:
     return {"scenario": scenario.name, "valid": True}
 
 
+def cmd_export_trace(scenario, out: str, quiet: bool) -> dict:
+    """Every training job of the scenario as a Chakra trace in ``out``."""
+    from . import trace
+    from .results import write_json
+
+    if not scenario.training:
+        raise ValueError("workloads.training: export-trace needs at least one training job")
+    model = _prepare(scenario, quiet)
+    result = {**trace.export(model, out, progress=_say(quiet)), "units": UNITS}
+    write_json(os.path.join(out, "export-trace.json"), result)
+    if not quiet:
+        for name, job in result["jobs"].items():
+            print(f"  {name}: {job['ranks']} ranks, {job['nodes']} nodes -> {job['prefix']}.<rank>.et "
+                  f"(step time {job['step_time_s']:.6g} s)")
+    return result
+
+
+def cmd_trace(args, out: str, quiet: bool) -> dict:
+    """Run a Chakra trace on an ASTRA-sim network or a scenario's fabric."""
+    from . import trace
+    from .config import load
+    from .plots import trace_timeline
+    from .results import write_json, write_text
+
+    if args.network is None:
+        raise UsageError("--network: needs an ASTRA-sim network.yml or a flowmodel scenario file")
+    if trace.is_astra_network(args.network):
+        if args.overrides:
+            raise UsageError(f"--set: applies to a scenario file, but {args.network} is an ASTRA-sim network")
+        fabric = trace.Fabric.from_astra(args.network)
+    else:
+        fabric = trace.Fabric.from_model(_prepare(load(args.network, args.overrides), quiet))
+    result = trace.run(args.prefix, fabric, system=args.system, comm_groups=args.comm_groups, progress=_say(quiet))
+    prepared, timed = result.pop("_prepared"), result.pop("_result")
+    result["units"] = UNITS
+    _say(quiet)("write results")
+    write_json(os.path.join(out, "trace.json"), result)
+    rows = ["rank,node,name,kind,start_s,end_s"]
+    rows += [f"{r},{i},\"{n.replace(chr(34), chr(39))}\",{k},{a!r},{b!r}" for r, i, n, k, a, b in
+             trace.node_rows(prepared, timed)]
+    write_text(os.path.join(out, "trace_nodes.csv"), "\n".join(rows) + "\n")
+    spans, makespan, critical = trace.timeline_spans(prepared, timed)
+    trace_timeline(spans, makespan, os.path.join(out, "trace_timeline.png"), critical=critical)
+    if not quiet:
+        print(f"\n{result['ranks']} ranks, {result['nodes']} nodes: makespan {result['makespan_s']:.6g} s "
+              f"(ranks finish {min(result['finish_s']):.6g} .. {max(result['finish_s']):.6g} s)")
+        for c in result["classes"]:
+            per_call = f"{c['time_per_call_s']:.6g} s per call" if "time_per_call_s" in c else c["timing"]
+            print(f"  {c['name']:<28} {per_call}")
+        if result["system"]["ignored"]:
+            print(f"  system keys not modelled: {', '.join(result['system']['ignored'])}")
+    return result
+
+
 COMMANDS = {"run": (cmd_run, "step time of every workload in a scenario"),
             "optimize": (cmd_optimize, "minimise step time over the scenario's knobs under its budget"),
             "sweep": (cmd_sweep, "step time over the scenario's sweep grid (vmapped, sharded over devices)"),
             "failures": (cmd_failures, "step time under each failure of the scenario's failures section"),
-            "validate": (cmd_validate, "check a scenario: parse, build, route and plan, without evaluating")}
+            "validate": (cmd_validate, "check a scenario: parse, build, route and plan, without evaluating"),
+            "export-trace": (cmd_export_trace, "write every training job of a scenario as a Chakra execution trace")}
 
 
 OUTPUTS = {"run": ("run.json",), "optimize": ("optimize.json", "optimize_loss.png", "optimize_breakdown.png"),
            "pareto": ("optimize_pareto.json", "optimize_pareto.png"),
-           "sweep": ("sweep.json", "sweep.csv", "sweep.png"), "failures": ("failures.json", "failures.png")}
+           "sweep": ("sweep.json", "sweep.csv", "sweep.png"), "failures": ("failures.json", "failures.png"),
+           "trace": ("trace.json", "trace_timeline.png", "trace_nodes.csv"),
+           "export-trace": ("export-trace.json", "<job>.<rank>.et", "<job>.comm_group.json", "<job>.system.json")}
 
 
 def check_out(out: str) -> list[str]:
@@ -360,6 +419,21 @@ def _parser() -> argparse.ArgumentParser:
                                 "and the budget")
         p.add_argument("--quiet", action="store_true", help="print nothing but errors")
         p.add_argument("--verbose", action="store_true", help="also show JAX/XLA log messages")
+    text = "run a Chakra execution trace (<prefix>.<rank>.et) on an ASTRA-sim network or a scenario's fabric"
+    p = sub.add_parser("trace", help=text, description=text)
+    p.add_argument("prefix", help="trace prefix: the files are PREFIX.0.et, PREFIX.1.et, ...")
+    p.add_argument("--network", metavar="FILE", help="ASTRA-sim network.yml (rank r = NPU r) or a flowmodel "
+                   "scenario file (rank r = GPU r in placement order)")
+    p.add_argument("--system", metavar="FILE", default=None, help="ASTRA-sim system.json: collective algorithms, "
+                   "endpoint-delay (per-step latency) and preferred-dataset-splits (chunks); other keys are listed "
+                   "as not modelled")
+    p.add_argument("--comm-groups", metavar="FILE", default=None, help="comm-group file (name -> ranks) for the "
+                   "nodes' pg_name (default PREFIX.comm_group.json when it exists)")
+    p.add_argument("--out", default=None, help="output folder (default out/<prefix name>)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", dest="overrides",
+                   help="override one key of a scenario --network file")
+    p.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    p.add_argument("--verbose", action="store_true", help="also show JAX/XLA log messages")
     sub.add_parser("reference", help="print the scenario file reference (docs/config.md)")
     return ap
 
@@ -381,7 +455,9 @@ def main(argv: list[str] | None = None) -> int:
         jax.config.update("jax_logging_level", "CRITICAL")  # XLA's slow-compile alarms and the like
     jax.config.update("jax_enable_x64", True)
     out = getattr(args, "out", None)
-    if args.command != "validate":
+    if args.command == "trace":
+        out = out or os.path.join("out", os.path.basename(args.prefix.rstrip("/")) or "trace")
+    elif args.command != "validate":
         out = out or os.path.join("out", os.path.splitext(os.path.basename(args.config))[0])
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning
@@ -389,13 +465,17 @@ def main(argv: list[str] | None = None) -> int:
             warnings.simplefilter("ignore")
         created = []
         try:
-            scenario = load(args.config, args.overrides)
-            if out is not None:
+            if args.command == "trace":  # its scenario, if any, is the --network file
                 created = check_out(out)
-            if getattr(args, "pareto", None) is not None and args.pareto < 2:
-                raise UsageError(f"--pareto: needs at least 2 budgets, got {args.pareto}")
-            extra = {"pareto": args.pareto} if args.command == "optimize" else {}
-            COMMANDS[args.command][0](scenario, out, args.quiet, **extra)
+                cmd_trace(args, out, args.quiet)
+            else:
+                scenario = load(args.config, args.overrides)
+                if out is not None:
+                    created = check_out(out)
+                if getattr(args, "pareto", None) is not None and args.pareto < 2:
+                    raise UsageError(f"--pareto: needs at least 2 budgets, got {args.pareto}")
+                extra = {"pareto": args.pareto} if args.command == "optimize" else {}
+                COMMANDS[args.command][0](scenario, out, args.quiet, **extra)
         except (ConfigError, ValueError) as e:
             _remove_empty(created)
             print(f"flowmodel: {str(e).splitlines()[0]}", file=sys.stderr)

@@ -158,3 +158,36 @@ def pareto_front(points: list[dict], path: str, *, chosen: tuple[float, float] |
     ax.legend(fontsize=7)
     save_figure(fig, path)
     plt.close(fig)
+
+
+TRACE_COLOURS = {"compute": "#1f77b4", "collective": "#ff7f0e", "send_recv": "#2ca02c"}
+
+
+def trace_timeline(spans: dict[int, dict[str, list[tuple[float, float]]]], makespan: float, path: str, *,
+                   critical: list[tuple[int, float, float]] = ()) -> None:
+    """One row per rank (``spans``: rank -> kind -> [(start, duration)]), compute and communication in
+    their own colours, the critical path's nodes outlined, the makespan marked."""
+    plt = new_figure()
+    ranks = sorted(spans)
+    fig, ax = plt.subplots(figsize=(8, min(1.2 + 0.18 * len(ranks), 12)))
+    for row, rank in enumerate(ranks):
+        for kind, bars in spans[rank].items():
+            if bars:
+                ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=TRACE_COLOURS.get(kind, "#7f7f7f"),
+                               label=kind if row == 0 or kind not in ax.get_legend_handles_labels()[1] else None)
+    rows = {rank: row for row, rank in enumerate(ranks)}
+    for rank, start, duration in critical:
+        if rank in rows:
+            ax.broken_barh([(start, duration)], (rows[rank] - 0.45, 0.9), facecolors="none", edgecolors="black",
+                           linewidth=0.6)
+    ax.axvline(makespan, color="black", linestyle="--", linewidth=1, label=f"makespan {makespan:.4g} s")
+    ax.set_yticks(range(len(ranks)))
+    ax.set_yticklabels([str(r) for r in ranks], fontsize=6 if len(ranks) > 16 else 8)
+    ax.set_ylabel("rank")
+    ax.set_xlabel("time (s)")
+    ax.invert_yaxis()
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles))
+    ax.legend(unique.values(), unique.keys(), fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    save_figure(fig, path)
+    plt.close(fig)

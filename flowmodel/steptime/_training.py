@@ -232,9 +232,20 @@ def step_time(plan: TrainingPlan, network: Network, options: Options = EXACT, *,
     return StepResult(step_time=finish, breakdown=parts, by_domain=by_domain, collectives=report)
 
 
+def compute_times(job: Training) -> tuple[float, float]:
+    """Seconds of one micro-batch's forward compute: per layer, and of the output head (the last
+    virtual stage's); a backward computes twice as long."""
+    par, model = job.parallelism, job.model
+    tokens = job.micro_batch * model.seq_len
+    rate = job.peak_flops * job.efficiency
+    layer = model.layer_flops_per_token() * tokens / (par.tp * par.cp) / rate
+    head = 2 * model.hidden * model.vocab * tokens / (par.tp * par.cp) / rate
+    return layer, head
+
+
 def _step_numbers(plan: TrainingPlan, capacity, latency, background, logits, options: Options):
     """The numbers of a ``StepResult``."""
-    job, par, model = plan.job, plan.job.parallelism, plan.job.model
+    job, par = plan.job, plan.job.parallelism
     capacity = capacity if background is None else capacity - background
     phases = _resolve(plan, logits)
     seconds = {name: phase_time(ph, capacity, latency, options) for name, ph in phases.items() if name != "dp"}
@@ -245,10 +256,7 @@ def _step_numbers(plan: TrainingPlan, capacity, latency, background, logits, opt
     tp = 2 * t("tp_all_gather") + 2 * t("tp_reduce_scatter")  # per layer, each direction
     cp_f, cp_b = t("cp_all_gather"), t("cp_reduce_scatter")
     ep = 2 * t("ep_all_to_all")
-    tokens = job.micro_batch * model.seq_len
-    rate = job.peak_flops * job.efficiency
-    layer_compute = model.layer_flops_per_token() * tokens / (par.tp * par.cp) / rate
-    head_compute = 2 * model.hidden * model.vocab * tokens / (par.tp * par.cp) / rate
+    layer_compute, head_compute = compute_times(job)
     V = len(plan.layers)
     compute_f = plan.layers * layer_compute + np.where(np.arange(V) == V - 1, head_compute, 0.0)
     comm_f, comm_b = tp + cp_f + ep, tp + cp_b + ep

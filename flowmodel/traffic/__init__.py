@@ -21,6 +21,11 @@ Traceback (most recent call last):
 ValueError: parallelism: tp x cp x pp x dp = 8 x 1 x 16 x 128 = 16384 GPUs, but the fabric has 8192
 """
 
+from ._chakra import RankTrace as RankTrace
+from ._chakra import Trace as Trace
+from ._chakra import TraceError as TraceError
+from ._chakra import TraceWriter as TraceWriter
+from ._chakra import read_trace as read_trace
 from ._collectives import ALGORITHMS as ALGORITHMS
 from ._collectives import KINDS as KINDS
 from ._collectives import Collective as Collective

@@ -1,0 +1,139 @@
+"""ASTRA-sim's example Chakra traces on its own networks: flowmodel, the NCCL closed form, and ASTRA-sim.
+
+    PYTHONPATH=. python3 experiments/benchmarks/astra_traces.py [--astra ../shared/astra] [--json out.json]
+    PYTHONPATH=. python3 experiments/benchmarks/astra_traces.py --speed [--ranks 4096]
+
+Table: every microbenchmark (all_reduce, all_gather, reduce_scatter, all_to_all; 4/8/16 NPUs; 1 MiB) on
+ASTRA-sim's Ring and Switch networks (50 GB/s, 500 ns per link), and the 64 MiB all_reduce at 64 and
+256 NPUs. Columns: flowmodel with no system file (one collective, latency once per step); the NCCL
+closed form bus_factor x S / B + steps x (route latency of one step), which assumes full bisection;
+flowmodel with ASTRA-sim's Ring_4chunks.json (4 chunks one after another, each paying the latency per
+step, endpoint-delay as per-step latency); ASTRA-sim 2.x analytical where its figure is published
+(docs/sources.md). ASTRA-sim is not run here (it is not on PyPI or Debian).
+
+``--speed``: a training step exported from a 3-tier Clos scenario (``--ranks`` GPUs, TP 8, PP 4), read
+and simulated; median of warm runs, and the step time it reads back to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+from common import print_table, write_json  # noqa: E402
+
+from flowmodel import fabric as fb  # noqa: E402
+from flowmodel import scenario as sc  # noqa: E402
+from flowmodel import steptime as st  # noqa: E402
+from flowmodel import trace  # noqa: E402
+from flowmodel import traffic as tr  # noqa: E402
+from flowmodel.traffic import _chakra as chakra  # noqa: E402
+
+MiB = 1048576
+# ASTRA-sim 2.x analytical (congestion-aware), Ring 50 GB/s 500 ns, Ring_4chunks.json, 1 MiB, in ns
+ASTRA_NS = {("all_reduce", 4): 43_000, ("all_reduce", 8): 64_440, ("all_reduce", 16): 99_640,
+            ("reduce_scatter", 4): 22_240, ("reduce_scatter", 8): 33_080, ("reduce_scatter", 16): 50_740}
+FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+          "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n}
+STEPS = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n - 1, "reduce_scatter": lambda n: n - 1,
+         "all_to_all": lambda n: 1}
+
+
+def closed_form(kind, n, size, topology, bandwidth=50e9, hop=500e-9):
+    route = hop * (2 if topology == "Switch" else (n // 2 if kind == "all_to_all" else 1))
+    return FACTOR[kind](n) * size / bandwidth + STEPS[kind](n) * route
+
+
+def table(astra: str) -> list[dict]:
+    chunks = os.path.join(astra, "system", "Ring_4chunks.json")
+    cases = [(kind, n, f"microbenchmarks/{kind}/{n}npus_1MB/{kind}", MiB) for kind in FACTOR for n in (4, 8, 16)]
+    cases += [("all_reduce", n, f"generated/all_reduce/{n}npus_64MB/all_reduce", 64 * MiB) for n in (64, 256)]
+    rows = []
+    for kind, n, rel, size in cases:
+        for topology in ("Ring", "Switch"):
+            name = f"{topology}_{n}npus" if n <= 16 else f"{topology}_{n}"
+            fabric = trace.Fabric.from_astra(os.path.join(astra, "network", f"{name}.yml"))
+            prefix = os.path.join(astra, rel)
+            t0 = time.perf_counter()
+            plain = trace.run(prefix, fabric)["makespan_s"]
+            wall = time.perf_counter() - t0
+            chunked = trace.run(prefix, fabric, system=chunks)["makespan_s"]
+            closed = closed_form(kind, n, size, topology)
+            row = {"case": f"{kind} {n} {topology}", "flowmodel_us": plain * 1e6, "closed_us": closed * 1e6,
+                   "vs_closed": plain / closed - 1, "chunked_us": chunked * 1e6, "wall_s": wall}
+            if topology == "Ring" and (kind, n) in ASTRA_NS:
+                row["astra_us"] = ASTRA_NS[(kind, n)] / 1e3
+                row["chunked_vs_astra"] = chunked * 1e9 / ASTRA_NS[(kind, n)] - 1
+            rows.append(row)
+    return rows
+
+
+def speed(ranks: int, repeats: int = 3) -> dict:
+    pods = max(1, ranks // 256)
+    site = fb.Clos(tiers=3, gpus_per_leaf=16, leaves_per_pod=16, spines_per_pod=16, pods=pods, aggs_per_plane=8)
+    job = tr.Training(tr.Model("m", layers=16, hidden=4096, ffn_hidden=14336, heads=32, kv_heads=8, vocab=128256,
+                               seq_len=4096), tr.Parallelism(tp=8, pp=4, dp=ranks // 32), global_batch=ranks // 4,
+                      micro_batch=1)
+    fleet = fb.Fleet(sites=(fb.Site("a", scale_up=fb.ScaleUp(size=8, bandwidth=450e9, latency=1e-6),
+                                    scale_out=site),))
+    model = sc.prepare(sc.Scenario("speed", fleet, training=(job,)))
+    step = float(model.step_time())
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        summary = st.export_training(model.plans[0], os.path.join(tmp, "job"))
+        export_s = time.perf_counter() - t0
+        reads, sims, makespan = [], [], None
+        for _ in range(repeats + 1):  # the first run compiles the fluid kernels
+            t0 = time.perf_counter()
+            tr_ = chakra.read_trace(os.path.join(tmp, "job"))
+            t1 = time.perf_counter()
+            prepared = st.prepare_trace(tr_, model.router, gpus=summary["gpus"])
+            result = st.simulate_trace(prepared, model.network.capacity, model.network.latency, model.options)
+            makespan = float(result.makespan)
+            reads.append(t1 - t0)
+            sims.append(time.perf_counter() - t1)
+    out = {"ranks": summary["ranks"], "nodes": summary["nodes"], "export_s": export_s,
+           "read_s": statistics.median(reads[1:]), "prepare_and_simulate_s": statistics.median(sims[1:]),
+           "step_time_s": step, "makespan_s": makespan, "relative_difference": abs(makespan - step) / step}
+    out["read_and_simulate_s"] = out["read_s"] + out["prepare_and_simulate_s"]
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--astra", default=os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "astra"))
+    ap.add_argument("--speed", action="store_true")
+    ap.add_argument("--ranks", type=int, default=4096)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    if args.speed:
+        out = speed(args.ranks)
+        for k, v in out.items():
+            print(f"{k:>24}: {v:.6g}" if isinstance(v, float) else f"{k:>24}: {v}")
+        write_json(args.json, out)
+        return 0
+    if not os.path.isdir(args.astra):
+        print(f"{args.astra}: ASTRA-sim's example traces are not here", file=sys.stderr)
+        return 1
+    rows = table(args.astra)
+    for row in rows:
+        row["case"] = row["case"].ljust(22)
+    print_table(rows, [("case", "case", ""), ("flowmodel us", "flowmodel_us", ".3f"),
+                       ("closed us", "closed_us", ".3f"),
+                       ("vs closed", "vs_closed", ".2%"), ("4 chunks us", "chunked_us", ".3f"),
+                       ("ASTRA us", "astra_us", ".3f"), ("vs ASTRA", "chunked_vs_astra", ".2%"),
+                       ("wall s", "wall_s", ".2f")])
+    write_json(args.json, rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

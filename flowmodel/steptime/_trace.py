@@ -1,0 +1,737 @@
+"""Chakra traces on a fabric: every rank's DAG runs at once, communication timed by the fluid model.
+
+How a trace runs (``prepare_trace`` fixes the structure once; ``simulate_trace`` times it):
+
+- A compute node takes its duration. A rank has one compute engine: its compute nodes run one at a
+  time, in dependency order (ties: file order), as ASTRA-sim runs them. Metadata and memory nodes take
+  their ``duration_micros`` (usually 0) and do not occupy the engine. Communication overlaps compute.
+- A collective starts when every member has reached it (collectives are matched across ranks by their
+  order among the rank's collectives on that group); a send/recv pair, matched on (src, dst, tag) and
+  order, starts when both sides are posted. A send or recv that names no peer (Chakra's generator
+  writes such samples) has nothing to pair with and is a no-op. A barrier is a zero-time
+  synchronisation of its members. REDUCE, GATHER and SCATTER are rejected by the reader.
+- Communication is timed by the step-time model's rule, so that an exported training step reads back
+  to its step time: nodes of one *contention class* share links, classes do not. A class is the
+  nodes' ``flowmodel_phase`` attribute when the producer set one (flowmodel's export does: one per
+  collective kind of the step, per pipeline link and direction, and the DP reduction), else (kind,
+  bytes, group size). Within a class:
+  * if communication follows any of its collectives, the class is timed once with one call on every
+    group it runs on, all at once, and every call takes that time (all TP groups run their all-gather
+    together, as in ``step_time``);
+  * if nothing but compute follows them (a step's gradient reductions, a microbenchmark's one
+    collective), each collective starts when its members reach it and their flows share links while
+    they overlap in time (one fluid simulation with start times).
+  The bandwidth term comes from the exact fluid model; the latency term is ``steps x (route latency +
+  per-step latency)``, with the same :class:`Options` as the step time.
+
+The timed DAG is a longest-path problem; it runs in NumPy (levels of the DAG, vectorised) behind a
+custom VJP, so the makespan is differentiable in the network's capacity and latency like the step
+time: the gradient follows the critical path (a tie splits it evenly, as ``jnp.maximum`` does).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._checks import is_traced
+from ..routing import Router
+from ..traffic import _collectives as coll
+from ..traffic._chakra import COLL, COMM_TYPE_OF, COMP, RECV, SEND, Trace, TraceError, TraceWriter, write_comm_groups
+from ._comm import EXACT, Options, RoutedPhase, phase_finish, phase_time, residual_capacity, route_phase
+from ._schedule import one_f_one_b
+from ._training import TrainingPlan, compute_times
+
+# ASTRA-sim's collective implementations -> the closest flowmodel algorithm (bandwidth term first)
+IMPLEMENTATIONS = {"ring": "ring", "direct": "ring", "oneRing": "ring", "doubleBinaryTree": "tree",
+                   "halvingDoubling": "ring", "oneHalvingDoubling": "ring", "oneDirect": "ring"}
+SYSTEM_KEYS = {"all-reduce-implementation": "all_reduce", "all-gather-implementation": "all_gather",
+               "reduce-scatter-implementation": "reduce_scatter", "all-to-all-implementation": "all_to_all"}
+_BUILDERS = {"all_reduce": coll.all_reduce, "all_gather": coll.all_gather, "reduce_scatter": coll.reduce_scatter,
+             "all_to_all": coll.all_to_all, "broadcast": coll.broadcast}
+_DEFAULT = {"all_reduce": "ring", "all_gather": "ring", "reduce_scatter": "ring", "all_to_all": "direct",
+            "broadcast": "ring"}
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceSystem:
+    """What flowmodel takes from an ASTRA-sim ``system.json``: the algorithm per collective kind
+    (``IMPLEMENTATIONS``), the per-step latency (``endpoint-delay``, ns), ``chunks`` (from
+    ``preferred-dataset-splits``: a collective runs as that many chunks one after another, each paying
+    the latency term, as ASTRA-sim does with one active chunk), and the keys it does not model
+    (``ignored``)."""
+
+    algorithms: tuple[tuple[str, str], ...] = ()
+    step_latency: float | None = None
+    chunks: int = 1
+    ignored: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def read_system(path: str) -> TraceSystem:
+    """Read an ASTRA-sim system file (see :class:`TraceSystem`)."""
+    try:
+        with open(path) as fh:
+            spec = json.load(fh)
+    except (OSError, json.JSONDecodeError) as e:
+        raise TraceError(f"{path}: cannot read the system file ({e})") from None
+    if not isinstance(spec, dict):
+        raise TraceError(f"{path}: expected a JSON object")
+    algorithms, notes, ignored, step_latency, chunks = {}, [], [], None, 1
+    for key, value in spec.items():
+        if key in SYSTEM_KEYS:
+            dims = value if isinstance(value, list) else [value]
+            if not dims or any(d not in IMPLEMENTATIONS for d in dims):
+                raise TraceError(f"{path}: {key}: unknown implementation in {value!r}; known: "
+                                 f"{', '.join(IMPLEMENTATIONS)}")
+            kind = SYSTEM_KEYS[key]
+            algorithms[kind] = "direct" if kind == "all_to_all" else IMPLEMENTATIONS[dims[0]]
+            if kind in ("all_gather", "reduce_scatter"):
+                algorithms[kind] = "ring"
+            if len(dims) > 1:
+                notes.append(f"{key}: one algorithm over the whole group ({dims[0]!r}, the first dimension's)")
+        elif key == "preferred-dataset-splits":
+            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+                raise TraceError(f"{path}: preferred-dataset-splits: must be an integer >= 1, got {value!r}")
+            chunks = value
+        elif key == "endpoint-delay":
+            if not (isinstance(value, (int, float)) and value >= 0):
+                raise TraceError(f"{path}: endpoint-delay: must be >= 0 (ns), got {value!r}")
+            step_latency = float(value) * 1e-9
+        else:
+            ignored.append(key)
+    return TraceSystem(tuple(sorted(algorithms.items())), step_latency, chunks, tuple(ignored), tuple(notes))
+
+
+class _Dag:
+    """A DAG of timed nodes in topological levels: ends by longest path, and the path's gradient."""
+
+    def __init__(self, n: int, src: np.ndarray, dst: np.ndarray, const: np.ndarray, slot: np.ndarray, describe):
+        self.n, self.const, self.slot = n, const, slot
+        level = _levels(n, src, dst, describe)
+        order = np.argsort(level, kind="stable")
+        self.level = level
+        bounds = np.searchsorted(level[order], np.arange(level.max(initial=-1) + 2))
+        rank_of = np.empty(n, np.int64)
+        rank_of[order] = np.arange(n)
+        e = np.lexsort((src, rank_of[dst]))  # predecessors grouped by node, nodes in level order
+        src, dst = src[e], dst[e]
+        ptr = np.searchsorted(rank_of[dst], np.arange(n + 1))  # edges of the node at each order position
+        self.levels = []
+        for w in range(len(bounds) - 1):
+            a, b = bounds[w], bounds[w + 1]
+            nodes = order[a:b]
+            ea, eb = ptr[a], ptr[b]
+            offsets = ptr[a:b] - ea
+            self.levels.append((nodes, src[ea:eb], offsets, np.diff(np.append(offsets, eb - ea))))
+        self.src, self.dst = src, dst
+
+    def durations(self, d):
+        return self.const + np.asarray(d)[self.slot]
+
+    def forward(self, d):
+        dur = self.durations(d)
+        end = np.zeros(self.n, dur.dtype)
+        for w, (nodes, preds, offsets, _) in enumerate(self.levels):
+            start = np.maximum.reduceat(end[preds], offsets) if w else 0.0
+            end[nodes] = start + dur[nodes]
+        return end
+
+    def backward(self, d, end, g):
+        dur = self.durations(d)
+        g_end = np.array(g, dtype=dur.dtype)
+        g_node = np.zeros(self.n, dur.dtype)
+        for w in range(len(self.levels) - 1, -1, -1):
+            nodes, preds, offsets, counts = self.levels[w]
+            ct = g_end[nodes]
+            g_node[nodes] += ct
+            if not w:
+                continue
+            start = np.repeat(end[nodes] - dur[nodes], counts)
+            tied = np.isclose(end[preds], start, rtol=0.0, atol=1e-15 * max(1.0, float(np.abs(start).max())))
+            share = np.repeat(ct / np.maximum(np.add.reduceat(tied, offsets), 1), counts)
+            np.add.at(g_end, preds[tied], share[tied])
+        return np.bincount(self.slot, weights=g_node, minlength=np.asarray(d).shape[0]).astype(dur.dtype)
+
+    def critical_path(self, d, end) -> list[int]:
+        """The chain of nodes that ends last, each after the predecessor that set its start."""
+        order = np.argsort(self.dst, kind="stable")
+        src, ptr = self.src[order], np.searchsorted(self.dst[order], np.arange(self.n + 1))
+        node = int(np.argmax(end))
+        path = [node]
+        while ptr[node] < ptr[node + 1]:
+            preds = src[ptr[node]:ptr[node + 1]]
+            node = int(preds[np.argmax(end[preds])])
+            path.append(node)
+        return path[::-1]
+
+
+def _levels(n: int, src: np.ndarray, dst: np.ndarray, describe) -> np.ndarray:
+    """int[n]: longest-path level of every node (Kahn's algorithm, a frontier at a time)."""
+    indeg = np.bincount(dst, minlength=n)
+    order = np.argsort(src, kind="stable")
+    succ, ptr = dst[order], np.searchsorted(src[order], np.arange(n + 1))
+    level = np.full(n, -1, np.int64)
+    frontier, w = np.flatnonzero(indeg == 0), 0
+    while frontier.size:
+        level[frontier] = w
+        starts, lens = ptr[frontier], ptr[frontier + 1] - ptr[frontier]
+        total = int(lens.sum())
+        if total:
+            idx = np.repeat(starts - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(total)
+            targets, counts = np.unique(succ[idx], return_counts=True)
+            indeg[targets] -= counts
+            frontier = targets[indeg[targets] == 0]
+        else:
+            frontier = frontier[:0]
+        w += 1
+    stuck = np.flatnonzero(level < 0)
+    if stuck.size:
+        raise TraceError(f"the trace deadlocks: {describe(int(stuck[0]))} waits for a node that waits for it "
+                         f"({stuck.size} nodes never run)")
+    return level
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Class:
+    """Communication timed together: static (one duration for every call) or dynamic (start times)."""
+
+    name: str
+    phases: tuple[RoutedPhase, ...]
+    dynamic: bool
+    instance_of_flow: np.ndarray | None = None  # dynamic: flow -> instance (0..I-1)
+    nodes: np.ndarray | None = None  # dynamic: DAG node of each instance
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PreparedTrace:
+    """A trace matched, built into one DAG and routed on a fabric; evaluate with ``simulate_trace``.
+
+    Attributes:
+      trace: what was read.  gpus: int[R] the GPU each trace rank runs on.
+      classes: the contention classes (static ones first: slot c is static class c; dynamic instances
+        follow, then one zero slot).
+      dag_of: int[total trace nodes] the DAG node of every trace node (ranks one after another);
+        node_rank: int[total] its rank.  descriptions: DAG node -> what it is (for the critical path).
+    """
+
+    trace: Trace
+    gpus: np.ndarray
+    classes: tuple[_Class, ...]
+    num_static: int
+    num_dynamic: int
+    dag: _Dag
+    dag_of: np.ndarray
+    node_rank: np.ndarray
+    node_kind: np.ndarray  # per DAG node: 0 compute, 1 collective, 2 send/recv, 3 other
+    labels: tuple[str, ...]
+    describe: object
+    ends: object  # the DAG's longest-path end times as a differentiable JAX function of the slot durations
+
+    @property
+    def num_slots(self) -> int:
+        return self.num_static + self.num_dynamic + 1
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceResult:
+    """``makespan`` (s), ``finish`` float[R] each rank's last end, ``start`` / ``end`` float[total]
+    every trace node's (ranks one after another, file order), ``critical_path``: the chain of nodes
+    that sets the makespan (dicts: rank, node id, name, kind, start_s, end_s)."""
+
+    makespan: object
+    finish: object
+    start: object
+    end: object
+    critical_path: list
+
+
+def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecmp", seed: int = 0, qps: int = 4,
+                  algorithms: dict | None = None, chunks: int = 1) -> PreparedTrace:
+    """Match a trace's communication, build its DAG and route every contention class on ``router``'s
+    fabric. ``gpus``: the GPU of each trace rank (default: rank r on GPU r); ``algorithms``: collective
+    kind -> algorithm (default ring; all-to-all direct); ``chunks``: collectives run as that many
+    chunks one after another (the bandwidth term is unchanged, the latency term is paid per chunk)."""
+    R = trace.num_ranks
+    gpus = np.arange(R) if gpus is None else np.asarray(gpus, np.int64)
+    if gpus.shape != (R,) or len(set(gpus.tolist())) != R:
+        raise TraceError(f"gpus: needs {R} distinct GPUs (one per trace rank), got {gpus.shape[0]}")
+    if gpus.max(initial=0) >= router.info.num_gpus or gpus.min(initial=0) < 0:
+        raise TraceError(f"{trace.prefix}: the trace has {R} ranks, but the fabric has {router.info.num_gpus} GPUs")
+    if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or chunks < 1:
+        raise TraceError(f"chunks: must be an integer >= 1, got {chunks!r}")
+    algs = dict(_DEFAULT, **(algorithms or {}))
+    for kind, alg in algs.items():
+        if kind not in coll.ALGORITHMS or alg not in coll.ALGORITHMS[kind]:
+            raise TraceError(f"algorithms.{kind}: unknown algorithm {alg!r}")
+
+    ranks = trace.ranks
+    offsets = np.concatenate([[0], np.cumsum([r.num_nodes for r in ranks])])
+    T = int(offsets[-1])
+    if T == 0:
+        raise TraceError(f"{trace.prefix}: the trace has no nodes")
+    rank_of = np.repeat(np.arange(R), np.diff(offsets))
+    cat = lambda name: np.concatenate([getattr(r, name) for r in ranks])  # noqa: E731
+    types, size, group, peer, tag = cat("types"), cat("size"), cat("group"), cat("peer"), cat("tag")
+    duration = cat("duration")
+    comm = [c for r in ranks for c in r.comm]
+    label = [c for r in ranks for c in r.label]
+    pos = np.arange(T) - offsets[rank_of]
+
+    def where(g: int) -> str:
+        r = int(rank_of[g])
+        return f"{ranks[r].path}: rank {r}, node {int(ranks[r].ids[pos[g]])}"
+
+    group_members = [np.array(m, np.int64) for m in trace.groups] + [np.arange(R)]  # last: every rank
+    dag_of = np.full(T, -1, np.int64)
+    n_dag = 0
+    inst_members: list[np.ndarray] = []  # per comm instance: its trace nodes
+    inst_key: list[tuple] = []  # (label, kind, size, members tuple)
+
+    # collectives: the k-th collective of a rank on a group is that group's k-th
+    c = np.flatnonzero(types == COLL)
+    gid = np.where(group[c] < 0, len(trace.groups), group[c])
+    o = np.lexsort((pos[c], rank_of[c], gid))
+    c, gid = c[o], gid[o]
+    run = np.concatenate([[True], (gid[1:] != gid[:-1]) | (rank_of[c][1:] != rank_of[c][:-1])])
+    first = np.maximum.accumulate(np.where(run, np.arange(c.size), 0))
+    k = np.arange(c.size) - first
+    for g in np.unique(gid):
+        sel = gid == g
+        members = group_members[g]
+        counts = np.bincount(rank_of[c[sel]], minlength=R)[members]
+        if (counts != counts[0]).any():
+            lo, hi = int(members[np.argmin(counts)]), int(members[np.argmax(counts)])
+            extra = c[sel][(rank_of[c[sel]] == hi) & (k[sel] == counts.min())][0]
+            raise TraceError(f"{where(extra)}: collective {int(counts.min())} on group {_short(members)} is never "
+                             f"reached by rank {lo} ({int(counts.min())} collectives on that group there, "
+                             f"{int(counts.max())} on rank {hi}): it would hang")
+    inst = np.unique(np.stack([gid, k], 1), axis=0, return_inverse=True)[1].reshape(-1)
+    o = np.argsort(inst, kind="stable")
+    bounds = np.searchsorted(inst[o], np.arange(inst.max(initial=-1) + 2))
+    for i in range(len(bounds) - 1):
+        nodes = c[o[bounds[i]:bounds[i + 1]]]
+        ref = nodes[0]
+        for other in nodes[1:]:
+            if comm[other] != comm[ref] or size[other] != size[ref]:
+                raise TraceError(f"{where(other)}: this collective is {comm[other]} of {size[other]:.0f} bytes, but "
+                                 f"{where(ref)} (the same collective) is {comm[ref]} of {size[ref]:.0f} bytes")
+        members = group_members[gid[o[bounds[i]]]]
+        inst_members.append(nodes)
+        inst_key.append((label[ref], comm[ref], float(size[ref]), tuple(members.tolist())))
+
+    # send / recv pairs: (src, dst, tag) and order
+    sends: dict[tuple, list[int]] = {}
+    recvs: dict[tuple, list[int]] = {}
+    for g in np.flatnonzero((types == SEND) | (types == RECV)).tolist():
+        if peer[g] < 0:  # no peer named: a zero-time node of its own
+            continue
+        r = int(rank_of[g])
+        if types[g] == SEND:
+            sends.setdefault((r, int(peer[g]), int(tag[g])), []).append(g)
+        else:
+            recvs.setdefault((int(peer[g]), r, int(tag[g])), []).append(g)
+    for key in sends.keys() | recvs.keys():
+        s, v = sends.get(key, []), recvs.get(key, [])
+        if len(s) != len(v):
+            lonely = (s if len(s) > len(v) else v)[min(len(s), len(v))]
+            side = "recv" if len(s) > len(v) else "send"
+            raise TraceError(f"{where(lonely)}: no matching {side} for (src {key[0]}, dst {key[1]}, tag {key[2]}): "
+                             f"{len(s)} sends, {len(v)} recvs; it would hang")
+        for a, b in zip(s, v):
+            if size[a] != size[b]:
+                raise TraceError(f"{where(b)}: receives {size[b]:.0f} bytes, but {where(a)} sends {size[a]:.0f}")
+            inst_members.append(np.array([a, b]))
+            inst_key.append((label[a] or label[b], "send_recv", float(size[a]), (key[0], key[1])))
+
+    # DAG nodes: one per comm instance, one per other trace node
+    kind_of_dag = []
+    for nodes, key in zip(inst_members, inst_key):
+        dag_of[nodes] = n_dag
+        kind_of_dag.append(2 if key[1] == "send_recv" else 1)
+        n_dag += 1
+    rest = np.flatnonzero(dag_of < 0)
+    dag_of[rest] = n_dag + np.arange(rest.size)
+    kind_of_dag = np.concatenate([np.array(kind_of_dag, np.int8), np.where(types[rest] == COMP, 0, 3).astype(np.int8)])
+    n_dag += rest.size
+    const = np.zeros(n_dag)
+    const[dag_of[rest]] = duration[rest]
+
+    # edges: dependencies, mapped to DAG nodes
+    src, dst = [], []
+    for r, rt in enumerate(ranks):
+        counts = np.diff(rt.dep_ptr)
+        src.append(dag_of[offsets[r] + rt.deps])
+        dst.append(dag_of[offsets[r] + np.repeat(np.arange(rt.num_nodes), counts)])
+    src, dst = np.concatenate(src), np.concatenate(dst)
+    describe = _describer(trace, dag_of, rank_of, pos, n_dag)
+    if (src == dst).any():
+        raise TraceError(f"the trace deadlocks: {describe(int(src[src == dst][0]))} waits for itself "
+                         "(a member of a collective depends on another member of it)")
+    edges = np.unique(np.stack([src, dst], 1), axis=0)
+    src, dst = edges[:, 0], edges[:, 1]
+    # one compute engine per rank: its compute nodes in dependency order (ties: file order)
+    level = _levels(n_dag, src, dst, describe)
+    comp = np.flatnonzero(types == COMP)
+    o = np.lexsort((pos[comp], level[dag_of[comp]], rank_of[comp]))
+    comp = comp[o]
+    same = rank_of[comp][1:] == rank_of[comp][:-1]
+    src = np.concatenate([src, dag_of[comp][:-1][same]])
+    dst = np.concatenate([dst, dag_of[comp][1:][same]])
+
+    # contention classes
+    static: dict[tuple, list[int]] = {}
+    for i, key in enumerate(inst_key):
+        static.setdefault((key[0], key[1], key[2], len(key[3])), []).append(i)
+    slot = np.empty(n_dag, np.int64)
+    is_comm = kind_of_dag != 0
+    is_comm[kind_of_dag == 3] = False
+    followed = _followed_by_comm(n_dag, src, dst, is_comm, describe)
+    classes, dynamic_groups, labels = [], {}, []
+    for (lab, kind, nbytes, n), members in static.items():
+        name = _class_name(lab, kind, nbytes, n)
+        timed = kind != "barrier" and n > 1
+        single = timed and (kind == "send_recv" or len(_build(kind, algs, np.arange(n)[None], nbytes).phases) == 1)
+        if timed and single and not followed[members].any():
+            dynamic_groups.setdefault((lab, kind, n), []).extend(members)
+            continue
+        if not timed:
+            slot[members] = -1
+            continue
+        if kind == "send_recv":
+            pairs = np.unique(np.array([inst_key[i][3] for i in members]), axis=0)
+            collective = coll.send_recv(gpus[pairs[:, 0]], gpus[pairs[:, 1]], nbytes)
+        else:
+            groups = np.unique(np.array([inst_key[i][3] for i in members]), axis=0)
+            collective = _build(kind, algs, gpus[groups], nbytes)
+        phases = tuple(route_phase(_chunked(ph, chunks), router, policy, seed=seed, qps=qps)
+                       for ph in collective.phases)
+        slot[members] = len(classes)
+        classes.append(_Class(name, phases, False))
+        labels.append(name)
+    num_static = len(classes)
+    num_dynamic = 0
+    for (lab, kind, n), members in dynamic_groups.items():
+        members = sorted(members, key=lambda i: (_seq(inst_members[i], pos), i))  # calls in order, then groups
+        srcs, dsts, sizes, flow_inst, steps = [], [], [], [], 0
+        for j, i in enumerate(members):
+            _, _, nbytes, who = inst_key[i]
+            who = np.array(who, np.int64)
+            if kind == "send_recv":
+                ph = coll.send_recv(gpus[who[:1]], gpus[who[1:]], nbytes).phases[0]
+            else:
+                ph = _build(kind, algs, gpus[who][None], nbytes).phases[0]
+            srcs.append(ph.src)
+            dsts.append(ph.dst)
+            sizes.append(ph.bytes)
+            flow_inst.append(np.full(ph.num_flows, j))
+            steps = ph.steps
+        merged = coll.Phase(np.concatenate(srcs), np.concatenate(dsts), np.concatenate(sizes), steps)
+        rp = route_phase(_chunked(merged, chunks), router, policy, seed=seed, qps=qps)
+        nodes = np.array(members, np.int64)  # instance i is DAG node i
+        slot[nodes] = num_static + num_dynamic + np.arange(len(members))
+        num_dynamic += len(members)
+        name = _class_name(lab, kind, None, n)
+        classes.append(_Class(name, (rp,), True, np.concatenate(flow_inst), nodes))
+        labels.append(name)
+    zero = num_static + num_dynamic
+    slot[slot < 0] = zero
+    slot[len(inst_key):] = zero
+    dag = _Dag(n_dag, src, dst, const, slot, describe)
+    return PreparedTrace(trace, gpus, tuple(classes), num_static, num_dynamic, dag, dag_of, rank_of, kind_of_dag,
+                         tuple(labels), describe, _dag_function(dag))
+
+
+def _chunked(ph: coll.Phase, chunks: int) -> coll.Phase:
+    return ph if chunks == 1 else dataclasses.replace(ph, steps=ph.steps * chunks)
+
+
+def _seq(nodes, pos) -> int:
+    return int(pos[nodes].min())
+
+
+def _build(kind: str, algs: dict, groups: np.ndarray, nbytes: float):
+    return _BUILDERS[kind](groups, nbytes, algs[kind])
+
+
+def _class_name(label, kind, nbytes, n) -> str:
+    if label:
+        return label
+    return f"{kind} x{n}" + ("" if nbytes is None else f" {nbytes:.0f}B")
+
+
+def _short(members: np.ndarray) -> str:
+    m = members.tolist()
+    return str(m) if len(m) <= 8 else f"[{m[0]}, {m[1]}, ..., {m[-1]}] ({len(m)} ranks)"
+
+
+def _describer(trace: Trace, dag_of, rank_of, pos, n_dag):
+    first = np.full(n_dag, -1, np.int64)
+    first[dag_of[::-1]] = np.arange(dag_of.size)[::-1]
+
+    def describe(node: int) -> str:
+        g = int(first[node])
+        r = int(rank_of[g])
+        rt = trace.ranks[r]
+        return f"{rt.path}: rank {r}, node {int(rt.ids[pos[g]])} ({rt.names[pos[g]] or 'unnamed'})"
+
+    describe.first = first
+    return describe
+
+
+def _followed_by_comm(n, src, dst, is_comm, describe) -> np.ndarray:
+    """bool[n]: whether any communication node is reachable from each node."""
+    level = _levels(n, src, dst, describe)
+    flag = np.zeros(n, bool)
+    order = np.argsort(-level[dst], kind="stable")  # edges into later levels first
+    s, d = src[order], dst[order]
+    lv = level[d]
+    cuts = np.flatnonzero(np.diff(lv)) + 1
+    for a, b in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [lv.size]])):
+        reach = is_comm[d[a:b]] | flag[d[a:b]]
+        flag[s[a:b][reach]] = True
+    return flag
+
+
+def _dag_function(dag: _Dag):
+    @jax.custom_vjp
+    def ends(d):
+        return jax.pure_callback(lambda x: dag.forward(x).astype(x.dtype), jax.ShapeDtypeStruct((dag.n,), d.dtype),
+                                 d, vmap_method="sequential")
+
+    def fwd(d):
+        e = ends(d)
+        return e, (d, e)
+
+    def bwd(res, g):
+        d, e = res
+        grad = jax.pure_callback(lambda x, y, z: dag.backward(x, y, z).astype(x.dtype),
+                                 jax.ShapeDtypeStruct(d.shape, d.dtype), d, e, g, vmap_method="sequential")
+        return (grad,)
+
+    ends.defvjp(fwd, bwd)
+    return ends
+
+
+def trace_class_times(prepared: PreparedTrace, capacity, latency, options: Options = EXACT, *, background=None):
+    """float[C]: the time of one call of each static contention class (``prepared.classes[:C]``), all its
+    groups at once: bandwidth term plus latency term, summed over the collective's phases."""
+    options = options.exact()
+    capacity = jnp.asarray(residual_capacity(capacity, background))
+    latency = jnp.asarray(latency)
+    times = [sum((phase_time(rp, capacity, latency, options) for rp in c.phases), jnp.zeros((), capacity.dtype))
+             for c in prepared.classes[:prepared.num_static]]
+    return jnp.stack(times).astype(capacity.dtype) if times else jnp.zeros(0, capacity.dtype)
+
+
+def simulate_trace(prepared: PreparedTrace, capacity, latency, options: Options = EXACT, *, background=None,
+                   critical_path: bool = True) -> TraceResult:
+    """Run a prepared trace on a fabric's ``capacity`` / ``latency`` (float[L]; differentiable: the
+    makespan and every time is a JAX value). ``background``: float[L] bytes/s taken first by constant
+    classes (a scenario's inference and background load)."""
+    options = options.exact()
+    capacity = jnp.asarray(residual_capacity(capacity, background))
+    latency = jnp.asarray(latency)
+    dtype = capacity.dtype
+    static = trace_class_times(prepared, capacity, latency, options)
+    d = jnp.concatenate([static, jnp.zeros(prepared.num_dynamic + 1, dtype)])
+    end = prepared.ends(d)
+    if prepared.num_dynamic:
+        durations = []
+        for c in prepared.classes[prepared.num_static:]:
+            starts = end[c.nodes]  # a dynamic instance has duration 0 in the first pass
+            finish = phase_finish(c.phases[0], capacity, latency, starts[c.instance_of_flow], options)
+            last = jax.ops.segment_max(finish, jnp.asarray(c.instance_of_flow), num_segments=c.nodes.size)
+            durations.append(last - starts)
+        d = d.at[prepared.num_static:prepared.num_static + prepared.num_dynamic].set(jnp.concatenate(durations))
+        end = prepared.ends(d)
+    node_end = end[prepared.dag_of]
+    node_dur = jnp.asarray(prepared.dag.const)[prepared.dag_of] + d[prepared.dag.slot[prepared.dag_of]]
+    finish = jax.ops.segment_max(node_end, jnp.asarray(prepared.node_rank), num_segments=prepared.trace.num_ranks)
+    path = []
+    if critical_path and not is_traced(end):
+        path = _critical(prepared, np.asarray(d), np.asarray(end))
+    return TraceResult(jnp.max(end), finish, node_end - node_dur, node_end, path)
+
+
+def _critical(prepared: PreparedTrace, d, end) -> list:
+    dag = prepared.dag
+    dur = dag.durations(d)
+    kinds = ("compute", "collective", "send_recv", "other")
+    out = []
+    for node in dag.critical_path(d, end):
+        g = int(prepared.describe.first[node])
+        r = int(prepared.node_rank[g])
+        rt = prepared.trace.ranks[r]
+        p = g - int(np.searchsorted(prepared.node_rank, r))
+        out.append({"rank": r, "node": int(rt.ids[p]), "name": rt.names[p], "kind": kinds[prepared.node_kind[node]],
+                    "start_s": float(end[node] - dur[node]), "end_s": float(end[node])})
+    return out
+
+
+def trace_makespan(prepared: PreparedTrace, capacity, latency, options: Options = EXACT, *, background=None):
+    """The trace's makespan (s), differentiable in ``capacity`` and ``latency`` (jit/vmap/grad safe)."""
+    return simulate_trace(prepared, capacity, latency, options, background=background, critical_path=False).makespan
+
+
+def _remove_stale(prefix: str, ranks: int) -> None:
+    """Rank files of an earlier, larger trace under the same prefix would be read as part of this one."""
+    r = ranks
+    while os.path.exists(f"{prefix}.{r}.et"):
+        os.remove(f"{prefix}.{r}.et")
+        r += 1
+
+
+def export_training(plan: TrainingPlan, prefix: str) -> dict:
+    """Write a planned training step as a Chakra trace, one file per rank of the job (trace rank i is the
+    job's i-th GPU), with ``<prefix>.comm_group.json`` and ``<prefix>.system.json`` (its DP algorithm).
+
+    Per micro-batch and virtual stage, every layer is a compute node followed by the layer's blocking
+    collectives (TP all-gather, reduce-scatter, all-gather, reduce-scatter; CP; MoE all-to-alls); the
+    output head is a compute node on the last stage; activations and gradients cross stages as
+    send/recv pairs; each stage's DP gradient all-reduce follows its last backward. Communication
+    carries ``flowmodel_phase`` (its contention class in ``step_time``), so reading the trace back on
+    the same fabric gives the step time. Returns a summary (ranks, nodes, files).
+    """
+    job, par, model = plan.job, plan.job.parallelism, plan.job.model
+    grid = plan.grid  # [dp, pp, cp, tp] GPU ranks
+    gpus = np.sort(grid.reshape(-1))
+    index = {int(g): i for i, g in enumerate(gpus.tolist())}
+    rank_of = np.vectorize(index.__getitem__)(grid) if grid.size else grid
+    p, v, m = par.pp, par.virtual_stages, job.micro_batches
+    V = p * v
+    layer_f, head_f = compute_times(job)
+    folder = os.path.dirname(prefix)
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+
+    groups: dict[str, list[int]] = {}
+
+    def group(name, members):
+        groups.setdefault(name, [int(x) for x in members])
+        return name
+
+    per_layer = []  # (kind, label, bytes, group of a (d, s, c, t) coordinate), in a layer's order, forward
+    b, h, dt = job.micro_batch, model.hidden, model.dtype_bytes
+    seq = model.seq_len // par.cp
+    if par.tp > 1:
+        act = b * seq * h * dt
+        tp = lambda d, s, c, t: group(f"tp.{d}.{s}.{c}", rank_of[d, s, c])  # noqa: E731
+        per_layer += [("all_gather", "tp_all_gather", act, tp), ("reduce_scatter", "tp_reduce_scatter", act, tp)] * 2
+    cp_f, cp_b = [], []
+    if par.cp > 1:
+        kv = 2 * b * model.seq_len * model.kv_dim * dt / par.tp
+        cpg = lambda d, s, c, t: group(f"cp.{d}.{s}.{t}", rank_of[d, s, :, t])  # noqa: E731
+        cp_f = [("all_gather", "cp_all_gather", kv, cpg)]
+        cp_b = [("reduce_scatter", "cp_reduce_scatter", kv, cpg)]
+    ep = []
+    if model.experts and par.ep > 1:
+        tokens = b * seq / par.tp
+        def epg(d, s, c, t):  # noqa: E306
+            base = d - d % par.ep
+            return group(f"ep.{base}.{s}.{c}.{t}", rank_of[base:base + par.ep, s, c, t])
+        ep = [("all_to_all", "ep_all_to_all", tokens * model.top_k * h * dt, epg)] * 2
+    shard = b * seq * h * dt / par.tp
+    dp_sizes = None
+    if par.dp * par.cp > 1:
+        embed = model.vocab * model.hidden
+        params = plan.layers * model.layer_params + embed * ((np.arange(V) == 0) + (np.arange(V) == V - 1))
+        dp_sizes = params / par.tp * job.grad_bytes
+
+    schedule = one_f_one_b(p, m, v)
+    nodes = 0
+    coords = sorted((int(rank_of[d, s, c, t]), (d, s, c, t)) for d in range(par.dp) for s in range(p)
+                    for c in range(par.cp) for t in range(par.tp))
+    written, w = [], None
+    try:
+        for r, (d, s, c, t) in coords:
+            w = TraceWriter(f"{prefix}.{r}.et", {"producer": "flowmodel", "job": job.name})
+            nodes += _write_rank(w, r, d, s, c, t, schedule[s], rank_of, plan, groups, group, per_layer, cp_f, cp_b,
+                                 ep, shard, dp_sizes, layer_f, head_f)
+            w.close()
+            written.append(w.path)
+    except BaseException:  # a partial trace would read as a smaller one: leave none
+        if w is not None:
+            w.discard()
+        for path in written:
+            os.remove(path)
+        raise
+    write_comm_groups(prefix, groups)
+    _remove_stale(prefix, len(coords))
+    implementation = {"ring": "ring", "tree": "doubleBinaryTree"}[job.algorithm]
+    with open(f"{prefix}.system.json", "w") as fh:
+        json.dump({"all-reduce-implementation": [implementation], "all-gather-implementation": ["ring"],
+                   "reduce-scatter-implementation": ["ring"], "all-to-all-implementation": ["direct"]}, fh, indent=2)
+    return {"ranks": len(coords), "nodes": nodes, "gpus": gpus.tolist(), "prefix": prefix}
+
+
+def _write_rank(w, r, d, s, c, t, ops, rank_of, plan, groups, group, per_layer, cp_f, cp_b, ep, shard, dp_sizes,
+                layer_f, head_f) -> int:
+    """One rank's nodes of an exported training step (see ``export_training``); returns their count."""
+    par = plan.job.parallelism
+    p, v = par.pp, par.virtual_stages
+    V = p * v
+    last_of = {}  # (kind, mb, stage) -> the op's last node
+    last_backward = {}  # stage -> its last backward's last node
+    last = None
+    for kind, mb, k in ops:
+        deps = [] if last is None else [last]
+        incoming = k > 0 if kind == "F" else k < V - 1
+        if incoming:
+            prev_s = (k - 1) % p if kind == "F" else (k + 1) % p
+            peer = int(rank_of[d, prev_s, c, t])
+            link = (k - 1) % p if kind == "F" else k % p
+            lab = f"pp_forward[{link}]" if kind == "F" else f"pp_backward[{link}]"
+            tag = 2 * (mb * V + k) + (kind == "B")
+            deps.append(w.add(RECV, f"{kind} mb{mb} stage{k} recv", attrs={
+                "comm_src": peer, "comm_dst": r, "comm_tag": tag, "comm_size": int(round(shard)),
+                "size_bytes": float(shard), "flowmodel_phase": lab}))
+        if kind == "B" and k == V - 1:
+            deps.append(last_of[("F", mb, k)])
+        scale = 1.0 if kind == "F" else 2.0
+        layer_comm = per_layer + (cp_f if kind == "F" else cp_b) + ep
+        node = None
+        if k == V - 1 and kind == "B":
+            node = w.add(COMP, f"B mb{mb} stage{k} head", deps=deps, duration=scale * head_f)
+            deps = [node]
+        for layer in range(int(plan.layers[k])):
+            node = w.add(COMP, f"{kind} mb{mb} stage{k} layer{layer}", deps=deps,
+                         duration=scale * layer_f)
+            for ckind, lab, nbytes, grp in layer_comm:
+                name = grp(d, s, c, t)
+                node = w.add(COLL, f"{kind} mb{mb} stage{k} layer{layer} {lab}", deps=[node], attrs={
+                    "comm_type": COMM_TYPE_OF[ckind], "comm_size": int(round(nbytes)),
+                    "size_bytes": float(nbytes), "pg_name": name, "comm_group": groups[name],
+                    "flowmodel_phase": lab})
+            deps = [node]
+        if k == V - 1 and kind == "F":
+            node = w.add(COMP, f"F mb{mb} stage{k} head", deps=deps, duration=head_f)
+        if node is None:  # a stage without layers: a zero-time compute node keeps the chain
+            node = w.add(COMP, f"{kind} mb{mb} stage{k}", deps=deps, duration=0.0)
+        last_of[(kind, mb, k)] = last = node
+        if kind == "B":
+            last_backward[k] = node  # the rank runs a stage's backwards in order: the last one written is last
+        outgoing = k < V - 1 if kind == "F" else k > 0
+        if outgoing:
+            next_s = (k + 1) % p if kind == "F" else (k - 1) % p
+            peer = int(rank_of[d, next_s, c, t])
+            link = k % p if kind == "F" else (k - 1) % p
+            lab = f"pp_forward[{link}]" if kind == "F" else f"pp_backward[{link}]"
+            tag = 2 * (mb * V + (k + 1 if kind == "F" else k - 1)) + (kind == "B")
+            w.add(SEND, f"{kind} mb{mb} stage{k} send", deps=[node], attrs={
+                "comm_src": r, "comm_dst": peer, "comm_tag": tag, "comm_size": int(round(shard)),
+                "size_bytes": float(shard), "flowmodel_phase": lab})
+    if dp_sizes is not None:
+        for chunk in range(v):
+            k = chunk * p + s
+            name = group(f"dp.{s}.{t}", rank_of[:, s, :, t].reshape(-1))
+            w.add(COLL, f"stage{k} dp all_reduce", deps=[last_backward[k]], attrs={
+                "comm_type": COMM_TYPE_OF["all_reduce"], "comm_size": int(round(dp_sizes[k])),
+                "size_bytes": float(dp_sizes[k]), "pg_name": name, "comm_group": groups[name],
+                "flowmodel_phase": "dp"})
+    return w.count
