@@ -4,19 +4,20 @@ Each flowmodel link (``link_src[l] -> link_dst[l]``, capacity bytes/s, latency s
 of an ns-3 point-to-point channel; a link and its reverse share a channel, and a link without a reverse
 gets one of the same rate (the ACKs need a way back). Every flow is one TCP connection (``BulkSend``
 of exactly its bytes into its own ``PacketSink``) pinned to its route: the destination host owns one
-extra /32 address per flow and every node on the route has a static host route for it (and the
-reverse hops one for the source's per-flow address, so the ACKs take the route backwards). ns-3 3.44
-has no per-flow ECMP, and routing differences swamp every TCP effect, so routes are never left to ns-3.
+extra /32 address per flow and every node on the route has a static host route for it. ns-3 3.44 has
+no per-flow ECMP, and routing differences swamp every TCP effect, so routes are never left to ns-3.
 
 TCP is configured as a datacenter stack, not ns-3's defaults: 1448-byte segments (a 1500-byte MTU with
 timestamps), MinRto 1 ms (clock granularity 1 ms), delayed ACKs every 2 segments with a 50 us
 timeout (far below MinRto), initial window 10 segments, SACK on, socket buffers of ``window`` bytes
 (large by default, so that only congestion limits a flow). Queues: ``newreno`` and ``cubic`` use a
-drop-tail device queue of ``buffer`` packets (ns-3's default FqCoDel queue disc is removed);
+drop-tail device queue of ``buffer`` packets (ns-3's default FqCoDel queue disc is removed), and a
+long link's ports at least one bandwidth-delay product of it;
 ``dctcp`` RED as a step ECN marker at ``dctcp_k`` packets on switch ports and, on the hosts' NICs (the
 flows' end nodes), FqCoDel marking CE above ``dctcp_k`` packets of sojourn: with RED on the NICs too, a
 ring on one switch (every NIC carrying data and the reverse flow's ACKs) ran at 70% of the link rate
-whatever K was, which no deployment would accept; ``fqcodel`` NewReno over FqCoDel everywhere.
+whatever K was (not explained); K is at least 1/7 of a long link's BDP; ``fqcodel`` NewReno over
+FqCoDel everywhere.
 
 A finish time is FlowMonitor's time of the flow's last received packet (its FIN, just after the last
 data byte); retransmissions are the data packets sent beyond ``ceil(bytes / 1448)``, drops the packets
@@ -212,8 +213,8 @@ def _simulate(ns, data) -> dict:
     addresses.SetBase(ns.Ipv4Address("10.0.0.0"), ns.Ipv4Mask("255.255.255.252"))
     p2p = ns.PointToPointHelper()
     queued = variant in ("dctcp", "fqcodel")  # the queue disc holds the buffer; the device queue stays short
-    last = routes[np.arange(F), (routes >= 0).sum(axis=1) - 1]
-    hosts = set(link_src[routes[:, 0]].tolist()) | set(link_dst[last].tolist())
+    flow_hops = [r[r >= 0] for r in routes]
+    hosts = {int(link_src[h[0]]) for h in flow_hops} | {int(link_dst[h[-1]]) for h in flow_hops}
     tc = ns.TrafficControlHelper()
     devices, iface = [], []
     for c, (u, v, fwd) in enumerate(ends):
@@ -256,7 +257,7 @@ def _simulate(ns, data) -> dict:
     sinks, expected = [], np.ceil(sizes / SEGMENT)
     port_of = {}
     for f in range(F):
-        hops = routes[f][routes[f] >= 0]
+        hops = flow_hops[f]
         s, d = int(link_src[hops[0]]), int(link_dst[hops[-1]])
         dst_addr = ns.Ipv4Address(0x0B000001 + f)
         ipv4(d).AddAddress(1, ns.Ipv4InterfaceAddress(dst_addr, mask32))
