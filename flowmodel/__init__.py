@@ -9,6 +9,7 @@ Public kernels (``flowmodel.kernels``; units are SI: bytes, seconds, bytes/s):
                         (also into your own jit/vmap) so that they keep the sparse solve
   window_limited_rate, queueing_delay, scheduled_bound, soft_max, route_latency, rtt_weights, link_bytes
                         congestion and latency models (kernels/congestion.py)
+  Transport, transport_profile   transport profiles for completion_times (fitted against ns-3)
 Submodules, in the order data flows: fabric (scale-up / Clos / scale-across builders, compilation, link
 groups, failures, ASTRA-sim import), routing (candidate paths, ECMP / spray / QP scaling / WCMP),
 traffic (collectives, models, parallelism, Chakra execution traces), steptime (phase times, pipeline
@@ -17,7 +18,8 @@ budgeted search); scenario (a typed scenario and its prepared model: the one ass
 uses), config (YAML -> scenario), sweep (vmap, devices, processes), resilience (failure scenarios),
 reliability (time to train under failures, checkpoints and restarts), trace (Chakra traces on an ASTRA-
 sim network or a scenario, and a scenario's jobs exported as traces), cli (the ``flowmodel`` command);
-reference (float64 oracles and certificates), peers.simgrid (the SimGrid cross-check).
+reference (float64 oracles and certificates), peers.simgrid (the SimGrid cross-check),
+peers.ns3 (packet-level TCP).
 """
 
 from . import config as config
@@ -36,6 +38,7 @@ from . import traffic as traffic
 from .kernels import Events as Events
 from .kernels import Incidence as Incidence
 from .kernels import MaxMinStructure as MaxMinStructure
+from .kernels import Transport as Transport
 from .kernels import completion_events as completion_events
 from .kernels import completion_times as completion_times
 from .kernels import incidence as incidence
@@ -48,6 +51,7 @@ from .kernels import rtt_weights as rtt_weights
 from .kernels import scheduled_bound as scheduled_bound
 from .kernels import smooth_maxmin_rates as smooth_maxmin_rates
 from .kernels import soft_max as soft_max
+from .kernels import transport_profile as transport_profile
 from .kernels import window_limited_rate as window_limited_rate
 
 __version__ = "0.1.0"

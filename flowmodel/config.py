@@ -181,6 +181,7 @@ OPTIONS = {
     "packet": ("size", None, "packet size of the queueing model (default 4096B; needs queueing)"),
     "buffer": ("size", None, "per-port buffer of the queueing model (default 1,000 packets; needs queueing)"),
     "fleet_iterations": ("int", 8, "fixed-point sweeps coupling the jobs' loads (one job needs one)"),
+    "transport": ("str", None, "transport profile fitted against ns-3: tcp (NewReno), newreno, cubic, dctcp"),
 }
 RENAMED = {"model.alpha": "model.step_latency"}  # old key -> new key: a clear error, never ignored
 KNOB = {
@@ -474,7 +475,8 @@ def parse(data: Any) -> Scenario:
         congestion = _make(Congestion, dict(window=options["window"], queueing=options["queueing"],
                                             buffer_bytes=options["buffer"], **queue), "model", "congestion")
     model_options = _make(Options, dict(sharpness=options["sharpness"], step_latency=options["step_latency"],
-                                        congestion=congestion, fleet_iterations=options["fleet_iterations"]),
+                                        congestion=congestion, fleet_iterations=options["fleet_iterations"],
+                                        transport=options["transport"]),
                           "model", "options")
     sw = raw["sweep"]
     sweep = None if sw is None else _make(SweepGrid, dict(grid=tuple(sw["grid"].items()), chunk=sw["chunk"]), "sweep")

@@ -110,6 +110,7 @@ WALK = {
         "packet": ({f"{MODEL}.queueing": True}, "1KB", "64KB", "step"),
         "buffer": ({f"{MODEL}.queueing": True}, "64KB", "64MB", "step"),
         "fleet_iterations": "one training job: the coupling between jobs needs a second one",
+        "transport": ({}, None, "dctcp", "step"),
     },
     JOB: {
         "name": "a label",

@@ -5,6 +5,7 @@ but ``flowmodel._checks`` and ``flowmodel._types``).
   fluid.py        completion_times, completion_events (fluid event loop; custom VJP)
   smooth.py       smooth_maxmin_rates (alpha-fair relaxation)
   congestion.py   latency, window, queueing and bound models
+  _transport.py   Transport profiles (goodput, start delay, RTT sharing, window) fitted against ns-3
   _incidence.py   Incidence / incidence (the flows of each link, prepared once), padding, per-link sums, checks
   _waterfill.py   MaxMinStructure, the dense solve, the sparse passes, resumable fill state and snapshots
   _adjoint.py     the max-min VJP (replay of the passes)
@@ -12,6 +13,10 @@ but ``flowmodel._checks`` and ``flowmodel._types``).
 
 from ._incidence import Incidence as Incidence
 from ._incidence import incidence as incidence
+from ._transport import PROFILES as PROFILES
+from ._transport import Transport as Transport
+from ._transport import transport_inputs as transport_inputs
+from ._transport import transport_profile as transport_profile
 from ._waterfill import MaxMinStructure as MaxMinStructure
 from .congestion import link_bytes as link_bytes
 from .congestion import queueing_delay as queueing_delay

@@ -33,6 +33,7 @@ from .. import _checks
 from .._types import Array, Float, Int
 from ._adjoint import adjoint
 from ._incidence import Incidence, link_sums, members_for, pad_routes, prepare
+from ._transport import Transport, transport_inputs, transport_profile
 from ._waterfill import (
     MaxMinStructure,
     Snapshots,
@@ -276,8 +277,10 @@ def _simulate_jit(routes, members, sizes, capacity, weights, rate_limit, start_t
     return _simulate(routes, members, sizes, capacity, weights, rate_limit, start_times, latency, has_caps)
 
 
-def _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, latency, incidence, check):
-    has_caps = rate_limit is not None
+def _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, latency, incidence, check,
+                   transport=None):
+    transport = transport_profile(transport)
+    has_caps = rate_limit is not None or (transport is not None and transport.window is not None)
     routes, capacity, weights, rate_limit = prepare(routes, capacity, weights, rate_limit, check)
     F, L = routes.shape[0], capacity.shape[0]
     dtype = capacity.dtype
@@ -291,6 +294,10 @@ def _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, la
         _checks.check_values("sizes", sizes, positive=True, allow_inf=False)
         _checks.check_values("start_times", start_times, allow_inf=False)
         _checks.check_values("latency", latency, nonnegative=True, allow_inf=False)
+    if transport is not None:  # a profile only reshapes the inputs (see kernels/_transport.py)
+        capacity, weights, rate_limit, delay = transport_inputs(transport, routes, sizes, capacity, latency, weights,
+                                                                rate_limit)
+        start_times = start_times + delay
     members = members_for(routes, L, incidence, check)
     return routes, members, sizes, capacity, weights, rate_limit, start_times, latency, has_caps
 
@@ -306,6 +313,7 @@ def completion_times(
     latency: Float[Array, "L"] | None = None,
     incidence: Incidence | None = None,
     check: bool = True,
+    transport: str | Transport | None = None,
 ) -> Float[Array, "F"]:
     """Absolute time at which each flow's last byte is sent, under fluid max-min sharing.
 
@@ -319,6 +327,9 @@ def completion_times(
         routes too) takes the dense solve in every event; inside your own ``jax.jit``, pass it (as an
         argument or a constant) to keep the sparse, resumable solve.
       check: validate concrete inputs (``ValueError`` naming the argument, index and value).
+      transport: None (pure fluid), a profile name (``"tcp"``/``"newreno"``, ``"cubic"``, ``"dctcp"``:
+        fitted against ns-3) or a ``Transport``: header goodput on capacity, a start delay (handshake,
+        slow start, queueing), RTT-dependent weights and a window cap (``kernels/_transport.py``).
 
     Returns:
       float[F] finish times in seconds.
@@ -337,14 +348,17 @@ def completion_times(
     >>> fm.completion_times([[0], [0]], [10.0, 30.0], [10.0], latency=[0.5]).tolist()
     [2.5, 4.5]
     """
-    args = _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, latency, incidence, check)
+    args = _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, latency, incidence, check,
+                          transport)
     return _finish_jit(*args)
 
 
 def completion_events(routes, sizes, capacity, *, weights=None, rate_limit=None, start_times=None,
-                      latency=None, incidence: Incidence | None = None, check: bool = True) -> tuple[Array, Events]:
+                      latency=None, incidence: Incidence | None = None, check: bool = True,
+                      transport: str | Transport | None = None) -> tuple[Array, Events]:
     """``completion_times`` plus the :class:`Events` it simulated (how many, when, and why)."""
-    args = _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, latency, incidence, check)
+    args = _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, latency, incidence, check,
+                          transport)
     return _simulate_jit(*args)
 
 

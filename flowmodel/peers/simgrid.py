@@ -20,6 +20,8 @@ import time
 
 import numpy as np
 
+from ._child import child_env
+
 DIST_PACKAGES = "/usr/lib/python3/dist-packages"
 CONFIG = ("--cfg=network/model:CM02", "--cfg=network/crosstraffic:0", "--cfg=network/TCP-gamma:0",
           "--cfg=network/optim:Full",
@@ -41,15 +43,8 @@ def _import_simgrid():
 def available() -> bool:
     """Whether the simgrid module can be imported (checked in a child process)."""
     code = "from flowmodel.peers.simgrid import _import_simgrid; _import_simgrid()"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, env=_child_env())
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, env=child_env())
     return proc.returncode == 0
-
-
-def _child_env():
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
 
 
 def _run_child(mode: str, arrays: dict, timeout: float) -> dict:
@@ -57,7 +52,7 @@ def _run_child(mode: str, arrays: dict, timeout: float) -> dict:
         src, dst = os.path.join(tmp, "in.npz"), os.path.join(tmp, "out.npz")
         np.savez(src, mode=np.array(mode), **arrays)
         proc = subprocess.run([sys.executable, "-m", "flowmodel.peers.simgrid", src, dst],
-                              capture_output=True, text=True, timeout=timeout, env=_child_env())
+                              capture_output=True, text=True, timeout=timeout, env=child_env())
         if proc.returncode != 0 or not os.path.exists(dst):
             raise RuntimeError(f"SimGrid child failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
         with np.load(dst) as out:

@@ -8,7 +8,7 @@ its latency term ``steps x (longest route latency + step_latency)``, where ``ste
 per-step software latency (a calibration parameter: NCCL's per-message overhead). :class:`Congestion`
 switches on a transport window (rates capped at window / RTT) and queueing delay in the latency term.
 :class:`Options` carries every choice of the model (exact or smooth rates, per-step latency,
-congestion) as one frozen, hashable value: the key of every compiled program.
+congestion, transport profile) as one frozen, hashable value: the key of every compiled program.
 """
 
 from __future__ import annotations
@@ -22,12 +22,15 @@ import numpy as np
 from .._checks import is_traced
 from ..fabric import FabricInfo, Tier
 from ..kernels import (
+    Transport,
     completion_times,
     link_bytes,
     queueing_delay,
     route_latency,
     smooth_maxmin_rates,
     soft_max,
+    transport_inputs,
+    transport_profile,
     window_limited_rate,
 )
 from ..routing import Candidates, Router, SubFlows, route, wcmp
@@ -83,6 +86,8 @@ class Options:
       congestion: window limit and queueing delay (:class:`Congestion`); None: both off.
       fleet_iterations: Gauss-Seidel sweeps of the mean-field coupling between training jobs (a
         fixed count, so that the evaluation is one differentiable function; one job needs one).
+      transport: a transport profile (``"tcp"``, ``"cubic"``, ``"dctcp"`` or a ``Transport``; a name is
+        turned into its profile) applied to every phase's flows; None: pure fluid.
     """
 
     rates: str = "exact"
@@ -90,8 +95,13 @@ class Options:
     step_latency: float = 0.0
     congestion: Congestion | None = None
     fleet_iterations: int = 8
+    transport: Transport | None = None
 
     def __post_init__(self):
+        try:
+            object.__setattr__(self, "transport", transport_profile(self.transport))
+        except ValueError as e:
+            raise ValueError(f"options.{e}") from None
         if self.rates not in RATES:
             raise ValueError(f"options.rates: must be one of {', '.join(RATES)}, got {self.rates!r}")
         if not (isinstance(self.sharpness, (int, float)) and np.isfinite(self.sharpness) and self.sharpness > 0):
@@ -124,6 +134,20 @@ def _rate_limit(sub: SubFlows, latency, congestion: Congestion | None):
     if congestion is None or congestion.window is None:
         return None
     return window_limited_rate(sub.routes, latency, congestion.window * jnp.asarray(sub.fraction))
+
+
+def _transported(options: Options, sub: SubFlows, sizes, capacity, latency, weights, limit):
+    """``(capacity, weights, rate_limit, start delay or None)`` under the options' transport profile.
+
+    The same transform as ``completion_times(..., transport=...)``, without the fluid activation
+    latency, which the phase's latency term already counts.
+    """
+    if options.transport is None:
+        return capacity, weights, limit, None
+    F = sizes.shape[0]
+    weights = jnp.ones(F) if weights is None else jnp.broadcast_to(weights, (F,))
+    limit = jnp.full(F, jnp.inf) if limit is None else limit
+    return transport_inputs(options.transport, sub.routes, sizes, capacity, latency, weights, limit)
 
 
 def _hop_latency(sub: SubFlows, sizes, capacity, latency, bandwidth_time, congestion: Congestion | None):
@@ -236,11 +260,14 @@ def phase_time(rp: RoutedPhase, capacity, latency, options: Options = EXACT, *, 
     weights = sub.weights()
     limit = _rate_limit(sub, latency, congestion)
     starts = None if start_times is None else jnp.asarray(start_times)[sub.parent]
+    cap, weights, limit, delay = _transported(options, sub, sizes, capacity, latency, weights, limit)
+    if delay is not None:
+        starts = delay if starts is None else starts + delay
     if not options.smooth:
-        finish = completion_times(sub.routes, sizes, capacity, weights=weights, rate_limit=limit, start_times=starts)
+        finish = completion_times(sub.routes, sizes, cap, weights=weights, rate_limit=limit, start_times=starts)
         bandwidth = jnp.max(sub.flow_finish(finish))
     else:
-        rates = smooth_maxmin_rates(sub.routes, capacity, weights=weights, rate_limit=limit,
+        rates = smooth_maxmin_rates(sub.routes, cap, weights=weights, rate_limit=limit,
                                     sharpness=options.sharpness)
         times = sizes / rates + (0.0 if starts is None else starts)
         bandwidth = soft_max(times, jax.lax.stop_gradient(jnp.mean(times)) / options.sharpness)
@@ -255,7 +282,9 @@ def phase_finish(rp: RoutedPhase, capacity, latency, start_times, options: Optio
     sub, congestion = rp.sub, options.congestion
     sizes = sub.sizes(rp.sizes)
     starts = jnp.asarray(start_times)[sub.parent]
-    finish = completion_times(sub.routes, sizes, capacity, weights=sub.weights(),
-                              rate_limit=_rate_limit(sub, latency, congestion), start_times=starts)
+    cap, weights, limit, delay = _transported(options, sub, sizes, capacity, latency, sub.weights(),
+                                              _rate_limit(sub, latency, congestion))
+    finish = completion_times(sub.routes, sizes, cap, weights=weights, rate_limit=limit,
+                              start_times=starts if delay is None else starts + delay)
     hop = _hop_latency(sub, sizes, capacity, latency, jnp.max(finish) - jnp.min(starts), congestion)
     return sub.flow_finish(finish) + rp.steps * (hop + options.step_latency)

@@ -1,0 +1,162 @@
+"""Fidelity of the fluid model against packet-level TCP (ns-3 3.44), case by case.
+
+    PYTHONPATH=. python experiments/validation/run.py            # ns-3 runs cached in out/validation/
+    PYTHONPATH=. python experiments/validation/run.py --rerun    # simulate again
+
+For every case of ``cases.py`` and every TCP variant it runs the flows in ns-3 (pinned to the same
+routes, all starting at 0) and in flowmodel twice: the pure fluid model (``transport=None``; the
+long-haul cases get the existing window cap ``window / RTT`` as ``rate_limit``) and with the variant's
+transport profile. It prints one Markdown table (also written to ``out/validation/table.md``):
+makespan error and per-flow completion-time error (median, p90, max) of each, and the wall time of
+both tools. A phased case (the training step) runs its phases one after another: its makespan is the
+step's communication time, sum over phases of (calls per step x phase makespan).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import numpy as np  # noqa: E402
+
+import flowmodel as fm  # noqa: E402
+from flowmodel.peers import ns3  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cases as cases_mod  # noqa: E402
+
+VARIANTS = ("newreno", "cubic", "dctcp")
+OUT = os.path.join("out", "validation")
+
+
+def phases(case):
+    return case.phases or ((0, len(case.sizes)),)
+
+
+def calls(case):
+    return case.calls or (1.0,)
+
+
+def _sub(case, lo, hi):
+    routes = case.routes[lo:hi]
+    return routes[:, : int((routes >= 0).sum(axis=1).max())], case.sizes[lo:hi]
+
+
+def ns3_instances(case, variant):
+    out = []
+    for lo, hi in phases(case):
+        routes, sizes = _sub(case, lo, hi)
+        out.append(ns3.instance(routes, sizes, case.capacity, case.link_src, case.link_dst, latency=case.latency,
+                                variant=variant, window=case.window))
+    return out
+
+
+def run_ns3(all_cases, variant, rerun=False):
+    """{case name: (fct float[F], drops, retransmits, wall s)}, cached per variant."""
+    path = os.path.join(OUT, f"ns3_{variant}.npz")
+    cached = {}
+    if os.path.exists(path) and not rerun:
+        with np.load(path) as z:
+            cached = {k: z[k] for k in z.files}
+    todo = [c for c in all_cases if f"{c.name}/fct" not in cached]
+    if todo:
+        batch = [inst for c in todo for inst in ns3_instances(c, variant)]
+        t0 = time.perf_counter()
+        results = iter(ns3.run(batch, timeout=3000))
+        print(f"  ns-3 {variant}: {len(todo)} cases in {time.perf_counter() - t0:.1f} s (one process)", flush=True)
+        for c in todo:
+            parts = [next(results) for _ in phases(c)]
+            cached[f"{c.name}/fct"] = np.concatenate([p.finish for p in parts])
+            cached[f"{c.name}/drops"] = np.concatenate([p.drops for p in parts])
+            cached[f"{c.name}/retx"] = np.concatenate([p.retransmits for p in parts])
+            cached[f"{c.name}/wall"] = np.float64(sum(p.wall_s for p in parts))
+        os.makedirs(OUT, exist_ok=True)
+        np.savez(path, **cached)
+    return {c.name: (cached[f"{c.name}/fct"], cached[f"{c.name}/drops"], cached[f"{c.name}/retx"],
+                     float(cached[f"{c.name}/wall"])) for c in all_cases}
+
+
+def fluid(case, transport, timed=True):
+    """(fct float[F], wall s of the compiled call) of the fluid model, ``transport`` None or a Transport."""
+    out, wall = [], 0.0
+    for lo, hi in phases(case):
+        routes, sizes = _sub(case, lo, hi)
+        kw = dict(latency=case.latency)
+        if transport is None:
+            if case.window is not None:
+                kw["rate_limit"] = fm.window_limited_rate(routes, case.latency, case.window)
+        else:
+            kw["transport"] = transport.with_window(case.window)
+        inc = fm.incidence(routes, len(case.capacity))
+        if timed:
+            fm.completion_times(routes, sizes, case.capacity, incidence=inc, **kw).block_until_ready()
+        t0 = time.perf_counter()
+        out.append(np.asarray(fm.completion_times(routes, sizes, case.capacity, incidence=inc, **kw)))
+        wall += time.perf_counter() - t0
+    return np.concatenate(out), wall
+
+
+def makespan(case, fct):
+    return sum(k * fct[lo:hi].max() for (lo, hi), k in zip(phases(case), calls(case)))
+
+
+def errors(case, ours, theirs):
+    """(makespan relative error, per-flow |relative error|: median, p90, max)."""
+    m = makespan(case, ours) / makespan(case, theirs) - 1
+    e = np.abs(ours / theirs - 1)
+    return m, float(np.median(e)), float(np.quantile(e, 0.9)), float(e.max())
+
+
+def table(all_cases, variants, rerun=False):
+    rows, summary = [], []
+    head = ("| case | half | variant | ns-3 makespan | fluid: makespan err | fluid: per-flow med / p90 / max "
+            "| profile: makespan err | profile: per-flow med / p90 / max | retx / flow | ns-3 wall | fluid wall |")
+    rows += [head, "|" + "---|" * (head.count("|") - 1)]
+    for variant in variants:
+        measured = run_ns3(all_cases, variant, rerun)
+        profile = fm.transport_profile(variant)
+        for c in all_cases:
+            theirs, _, retx, wall = measured[c.name]
+            bare, _ = fluid(c, None)
+            prof, fwall = fluid(c, profile)
+            e0, e1 = errors(c, bare, theirs), errors(c, prof, theirs)
+            summary.append((c.name, c.split, variant, e0, e1))
+            rows.append(f"| {c.name} | {c.split} | {variant} | {makespan(c, theirs) * 1e3:.2f} ms | {e0[0]:+.1%} "
+                        f"| {e0[1]:.1%} / {e0[2]:.1%} / {e0[3]:.1%} | {e1[0]:+.1%} "
+                        f"| {e1[1]:.1%} / {e1[2]:.1%} / {e1[3]:.1%} | {np.mean(retx):.0f} | {wall:.2f} s "
+                        f"| {fwall * 1e3:.1f} ms |")
+    return rows, summary
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rerun", action="store_true", help="simulate in ns-3 again instead of reading the cache")
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--cases", default="", help="comma-separated case names (default: all)")
+    args = p.parse_args(argv)
+    all_cases = cases_mod.all_cases()
+    if args.cases:
+        all_cases = [c for c in all_cases if c.name in args.cases.split(",")]
+    rows, summary = table(all_cases, args.variants.split(","), args.rerun)
+    text = "\n".join(rows)
+    print(text)
+    for variant in args.variants.split(","):
+        held = [s for s in summary if s[2] == variant and s[1] == "held"]
+        if held:
+            worst = max(held, key=lambda s: abs(s[4][0]))
+            print(f"{variant} held-out: worst makespan error {worst[4][0]:+.1%} ({worst[0]}), per-flow median "
+                  f"error at most {max(s[4][1] for s in held):.1%}; without a profile: worst makespan "
+                  f"{max((s[3][0] for s in held), key=abs):+.1%}")
+    os.makedirs(OUT, exist_ok=True)
+    with open(os.path.join(OUT, "table.md"), "w") as fh:
+        fh.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

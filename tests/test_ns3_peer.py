@@ -1,0 +1,62 @@
+"""The ns-3 peer: input checks (no ns-3 needed), and one small case against the fluid model (slow)."""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import flowmodel as fm
+from flowmodel.peers import ns3
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "experiments", "validation"))
+import cases  # noqa: E402
+
+_AVAILABLE = None
+
+
+def _need_ns3():
+    global _AVAILABLE
+    if _AVAILABLE is None:
+        _AVAILABLE = ns3.available()
+    if not _AVAILABLE:
+        if os.environ.get("CI"):
+            raise RuntimeError("ns-3 is required in CI: pip install ns3==3.44.post0")
+        pytest.skip("ns-3 not installed (pip install 'flowmodel[ns3]', i.e. ns3==3.44.post0)")
+
+
+def test_bad_input_names_the_field():
+    c = cases.dumbbell()
+    args = (c.routes, c.sizes, c.capacity, c.link_src, c.link_dst)
+    with pytest.raises(ValueError, match="variant: must be one of newreno, cubic, dctcp, fqcodel, got 'bbr'"):
+        ns3.instance(*args, variant="bbr")
+    with pytest.raises(ValueError, match=r"routes\[0\]: links \[0, 3\] do not form a path"):
+        ns3.instance(np.array([[0, 3]]), c.sizes[:1], *args[2:])
+    cap = c.capacity.copy()
+    cap[2] = np.inf
+    with pytest.raises(ValueError, match=r"capacity\[2\]: ns-3 links need a finite rate > 0"):
+        ns3.instance(c.routes, c.sizes, cap, c.link_src, c.link_dst)
+    with pytest.raises(ValueError, match=r"sizes: expected shape \(4,\)"):
+        ns3.instance(c.routes, c.sizes[:2], *args[2:])
+
+
+def test_channels_pair_each_link_with_its_reverse():
+    channel, end, ends = ns3._channels(np.array([0, 1, 1, 2, 0]), np.array([1, 0, 2, 1, 1]))
+    assert channel.tolist() == [0, 0, 1, 1, 2]  # the second 0->1 link has no reverse left: its own channel
+    assert end.tolist() == [0, 1, 0, 1, 0]
+    assert len(ends) == 3
+
+
+@pytest.mark.slow
+@pytest.mark.ns3
+def test_dumbbell_matches_the_fluid_model_under_the_dctcp_profile():
+    _need_ns3()
+    c = cases.dumbbell()
+    got = ns3.completion_times(c.routes, c.sizes, c.capacity, c.link_src, c.link_dst, latency=c.latency,
+                               variant="dctcp", timeout=300)
+    assert np.all(np.isfinite(got.finish)) and got.wall_s > 0
+    fluid = np.asarray(fm.completion_times(c.routes, c.sizes, c.capacity, latency=c.latency, transport="dctcp"))
+    # makespan: measured +-0.1% with the fitted profile (README, "How accurate is it")
+    np.testing.assert_allclose(fluid.max(), got.finish.max(), rtol=0.03)
+    # nothing finishes before the bytes could cross the bottleneck at the TCP goodput
+    assert got.finish.max() >= c.sizes.sum() / (1.25e9 * 1448 / 1502)

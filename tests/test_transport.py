@@ -1,0 +1,135 @@
+"""Transport profiles: closed forms of each term, names, bad input, gradients, and the step-time option.
+None of these need ns-3 (the fit against it is experiments/validation; tests/test_ns3_peer.py runs it)."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import flowmodel as fm
+from flowmodel import steptime as st
+from flowmodel.kernels import PROFILES, transport_inputs
+
+
+def test_names_resolve_and_unknown_names_list_the_known_ones():
+    assert fm.transport_profile("tcp") is PROFILES["newreno"]
+    assert fm.transport_profile(None) is None
+    tr = fm.Transport(goodput=0.5)
+    assert fm.transport_profile(tr) is tr
+    with pytest.raises(ValueError, match=r"transport: unknown profile 'bbr'; known: newreno, cubic, dctcp, tcp"):
+        fm.transport_profile("bbr")
+    with pytest.raises(ValueError, match="transport: unknown profile"):
+        fm.completion_times([[0]], [1.0], [1.0], transport="reno")
+
+
+@pytest.mark.parametrize("field, value", [("goodput", 0.0), ("goodput", 1.5), ("slow_start", -1.0),
+                                          ("queue_packets", np.inf), ("initial_window", 0.0), ("window", -5.0),
+                                          ("rtt_exponent", np.nan)])
+def test_bad_fields_name_the_field(field, value):
+    with pytest.raises(ValueError, match=f"transport.{field}: must be"):
+        fm.Transport(**{field: value})
+
+
+def test_pure_fluid_profile_changes_nothing():
+    rng = np.random.default_rng(0)
+    routes = np.array([[0, 1], [1, 2], [0, 2], [2, -1]])
+    sizes, cap, lat = rng.uniform(1, 10, 4), np.array([3.0, 5.0, 4.0]), np.array([0.1, 0.2, 0.05])
+    base = fm.completion_times(routes, sizes, cap, latency=lat)
+    np.testing.assert_allclose(fm.completion_times(routes, sizes, cap, latency=lat, transport=fm.Transport()), base,
+                               rtol=1e-12)
+
+
+def test_each_term_in_closed_form():
+    cap, lat, size, pkt = 1e9, 1e-4, 1e8, 1500.0
+    one = dict(latency=[lat])
+    # goodput: the payload rate is capacity x goodput
+    t = fm.completion_times([[0]], [size], [cap], transport=fm.Transport(goodput=0.5, packet_bytes=pkt), **one)
+    ser = pkt / (0.5 * cap)
+    np.testing.assert_allclose(t, [lat + ser + size / (0.5 * cap)], rtol=1e-12)
+    # handshake: one RTT (twice the latency plus one packet's serialization) before the first byte
+    t = fm.completion_times([[0]], [size], [cap], transport=fm.Transport(handshake_rtts=1.0, packet_bytes=pkt), **one)
+    rtt = 2 * lat + pkt / cap
+    np.testing.assert_allclose(t, [lat + pkt / cap + rtt + size / cap], rtol=1e-12)
+    # slow start: slow_start RTTs per doubling from the initial window up to the bandwidth-delay product
+    tr = fm.Transport(slow_start=1.0, initial_window=1e4, packet_bytes=pkt)
+    t = fm.completion_times([[0]], [size], [cap], transport=tr, **one)
+    np.testing.assert_allclose(t, [lat + pkt / cap + rtt * np.log2(cap * rtt / 1e4) + size / cap], rtol=1e-12)
+    # window: rate capped at window / RTT
+    tr = fm.Transport(window=1e5, packet_bytes=pkt)
+    t = fm.completion_times([[0]], [size], [cap], transport=tr, **one)
+    np.testing.assert_allclose(t, [lat + pkt / cap + size / (1e5 / rtt)], rtol=1e-12)
+    # queueing: queue_packets at the bottleneck, once more in the delay and in the RTT
+    tr = fm.Transport(queue_packets=10.0, handshake_rtts=1.0, packet_bytes=pkt)
+    t = fm.completion_times([[0]], [size], [cap], transport=tr, **one)
+    q = 10 * pkt / cap
+    np.testing.assert_allclose(t, [lat + pkt / cap + q + (rtt + q) + size / cap], rtol=1e-12)
+
+
+def test_rtt_exponent_shares_a_link_by_rtt():
+    # two flows on link 0; flow 1 also crosses a long link 1 of infinite capacity: RTT 4x flow 0's
+    tr = fm.Transport(rtt_exponent=1.0, packet_bytes=1e-9)
+    cap, lat = jnp.array([10.0, jnp.inf]), jnp.array([1.0, 3.0])
+    routes = jnp.array([[0, -1], [0, 1]])
+    _, w, _, _ = transport_inputs(tr, routes, jnp.array([1.0, 1.0]), cap, lat, jnp.ones(2), jnp.full(2, jnp.inf))
+    np.testing.assert_allclose(w[0] / w[1], 4.0, rtol=1e-9)
+    rates = fm.maxmin_rates(routes, cap, weights=w)
+    np.testing.assert_allclose(rates, [8.0, 2.0], rtol=1e-9)
+
+
+def test_gradients_match_finite_differences():
+    routes = np.array([[0, 1], [1, 2], [0, 2], [1, -1]])
+    sizes = np.array([4e6, 2e6, 3e6, 1e6])
+    cap = np.array([1.25e9, 1.0e9, 1.5e9])
+    lat = np.array([2e-6, 5e-6, 1e-6])
+    inc = fm.incidence(routes, 3)
+    tr = dataclasses.replace(PROFILES["newreno"], window=2e5)
+
+    def f(c, la, s):
+        return jnp.sum(fm.completion_times(routes, s, c, latency=la, incidence=inc, transport=tr) ** 2)
+
+    grads = jax.grad(f, argnums=(0, 1, 2))(cap, lat, sizes)
+    for arg, (x, g) in enumerate(zip((cap, lat, sizes), grads)):
+        assert np.all(np.isfinite(g))
+        for i in range(x.shape[0]):
+            h = 1e-6 * x[i]
+            up, dn = x.copy(), x.copy()
+            up[i] += h
+            dn[i] -= h
+            args_up = [cap, lat, sizes]
+            args_dn = [cap, lat, sizes]
+            args_up[arg], args_dn[arg] = up, dn
+            fd = (f(*args_up) - f(*args_dn)) / (2 * h)
+            np.testing.assert_allclose(g[i], fd, rtol=1e-4, atol=1e-12 * abs(float(f(cap, lat, sizes))) / x[i])
+
+
+def test_options_carry_a_profile():
+    assert st.Options(transport="dctcp").transport is PROFILES["dctcp"]
+    assert st.Options(transport="tcp") == st.Options(transport="newreno")
+    with pytest.raises(ValueError, match="options.transport: unknown profile 'x'"):
+        st.Options(transport="x")
+
+
+def test_phase_time_applies_the_profile_exact_and_smooth():
+    from flowmodel import fabric as fb
+    from flowmodel import routing as rt
+    from flowmodel import traffic as tr
+
+    fleet = fb.Fleet(sites=(fb.Site("a", scale_up=fb.ScaleUp(size=8, bandwidth=1.25e9, latency=1e-6)),))
+    network, info = fb.compile_fabric(fb.build(fleet))
+    coll = tr.reduce_scatter(np.arange(8)[None, :], 8e6)
+    rp = st.route_phase(coll.phases[0], rt.Router(info))
+    bare = float(st.phase_time(rp, network.capacity, network.latency))
+    prof = float(st.phase_time(rp, network.capacity, network.latency, st.Options(transport="cubic")))
+    # the profile can only add: goodput below 1 and a start delay
+    assert prof > bare
+    delay = transport_inputs(PROFILES["cubic"], rp.sub.routes, rp.sub.sizes(rp.sizes), network.capacity,
+                             network.latency, jnp.ones(8), jnp.full(8, jnp.inf))[3]
+    per_flow = float(rp.sub.sizes(rp.sizes)[0])
+    goodput_time = per_flow / (float(network.capacity[rp.sub.routes[0, 0]]) * PROFILES["cubic"].goodput)
+    np.testing.assert_allclose(prof - bare, float(delay.max()) + goodput_time - per_flow /
+                               float(network.capacity[rp.sub.routes[0, 0]]), rtol=1e-6)
+    smooth = st.Options(transport="cubic", rates="smooth")
+    g = jax.grad(lambda c: st.phase_time(rp, c, network.latency, smooth))(network.capacity)
+    assert np.all(np.isfinite(np.asarray(g))) and float(jnp.sum(jnp.abs(g))) > 0
