@@ -327,8 +327,6 @@ def cmd_trace(args, out: str, quiet: bool) -> dict:
     from .plots import trace_timeline
     from .results import write_json, write_text
 
-    if args.network is None:
-        raise UsageError("--network: needs an ASTRA-sim network.yml or a flowmodel scenario file")
     if trace.is_astra_network(args.network):
         if args.overrides:
             raise UsageError(f"--set: applies to a scenario file, but {args.network} is an ASTRA-sim network")
@@ -340,10 +338,7 @@ def cmd_trace(args, out: str, quiet: bool) -> dict:
     result["units"] = UNITS
     _say(quiet)("write results")
     write_json(os.path.join(out, "trace.json"), result)
-    rows = ["rank,node,name,kind,start_s,end_s"]
-    rows += [f"{r},{i},\"{n.replace(chr(34), chr(39))}\",{k},{a!r},{b!r}" for r, i, n, k, a, b in
-             trace.node_rows(prepared, timed)]
-    write_text(os.path.join(out, "trace_nodes.csv"), "\n".join(rows) + "\n")
+    write_text(os.path.join(out, "trace_nodes.csv"), trace.nodes_csv(prepared, timed))
     spans, makespan, critical = trace.timeline_spans(prepared, timed)
     trace_timeline(spans, makespan, os.path.join(out, "trace_timeline.png"), critical=critical)
     if not quiet:
@@ -422,8 +417,8 @@ def _parser() -> argparse.ArgumentParser:
     text = "run a Chakra execution trace (<prefix>.<rank>.et) on an ASTRA-sim network or a scenario's fabric"
     p = sub.add_parser("trace", help=text, description=text)
     p.add_argument("prefix", help="trace prefix: the files are PREFIX.0.et, PREFIX.1.et, ...")
-    p.add_argument("--network", metavar="FILE", help="ASTRA-sim network.yml (rank r = NPU r) or a flowmodel "
-                   "scenario file (rank r = GPU r in placement order)")
+    p.add_argument("--network", metavar="FILE", required=True, help="ASTRA-sim network.yml (rank r = NPU r) or a "
+                   "flowmodel scenario file (rank r = the GPU the trace records for it, else GPU r)")
     p.add_argument("--system", metavar="FILE", default=None, help="ASTRA-sim system.json: collective algorithms, "
                    "endpoint-delay (per-step latency) and preferred-dataset-splits (chunks); other keys are listed "
                    "as not modelled")

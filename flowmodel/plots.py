@@ -170,11 +170,13 @@ def trace_timeline(spans: dict[int, dict[str, list[tuple[float, float]]]], makes
     plt = new_figure()
     ranks = sorted(spans)
     fig, ax = plt.subplots(figsize=(8, min(1.2 + 0.18 * len(ranks), 12)))
+    labelled = set()
     for row, rank in enumerate(ranks):
         for kind, bars in spans[rank].items():
             if bars:
                 ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=TRACE_COLOURS.get(kind, "#7f7f7f"),
-                               label=kind if row == 0 or kind not in ax.get_legend_handles_labels()[1] else None)
+                               label=None if kind in labelled else kind)
+                labelled.add(kind)
     rows = {rank: row for row, rank in enumerate(ranks)}
     for rank, start, duration in critical:
         if rank in rows:
@@ -186,8 +188,6 @@ def trace_timeline(spans: dict[int, dict[str, list[tuple[float, float]]]], makes
     ax.set_ylabel("rank")
     ax.set_xlabel("time (s)")
     ax.invert_yaxis()
-    handles, labels = ax.get_legend_handles_labels()
-    unique = dict(zip(labels, handles))
-    ax.legend(unique.values(), unique.keys(), fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     save_figure(fig, path)
     plt.close(fig)

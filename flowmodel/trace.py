@@ -1,7 +1,8 @@
 """Chakra traces on flowmodel's fabrics: run one, or export a scenario's training jobs as traces.
 
 The fabric is an ASTRA-sim ``network.yml`` (trace rank r runs on NPU r, routes in dimension order) or
-a flowmodel scenario (trace rank r runs on GPU r of the placement order, routed by the scenario's
+a flowmodel scenario (trace rank r runs on the GPU the trace records for it, as flowmodel's export does,
+else on GPU r; routed by the scenario's
 routing section, timed with its model options, its inference and background load served first;
 other training jobs of the scenario are not part of the trace). An ASTRA-sim ``system.json`` sets the
 collective algorithms, the per-step latency and the chunk count (``steptime.read_system``); the keys
@@ -21,7 +22,10 @@ True
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
+import os
 import re
 
 import numpy as np
@@ -30,7 +34,7 @@ import yaml
 from . import steptime as st
 from .traffic import _chakra as chakra
 
-_KINDS = ("compute", "collective", "send_recv", "other")
+_KINDS = st.TRACE_NODE_KINDS
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -81,7 +85,7 @@ def run(prefix: str, fabric: Fabric, *, system: str | None = None, comm_groups: 
         progress=None) -> dict:
     """Read ``<prefix>.<rank>.et``, run it on ``fabric`` and return ``trace.json``'s figures; the
     ``TraceResult`` and ``PreparedTrace`` ride along under the keys ``"_result"`` and ``"_prepared"``.
-    ``gpus``: the GPU of each trace rank (default: rank r on GPU r)."""
+    ``gpus``: the GPU of each trace rank (default: the GPUs the trace records, else rank r on GPU r)."""
     say = progress or (lambda message: None)
     say(f"read {prefix}.<rank>.et")
     trace = chakra.read_trace(prefix, comm_groups=comm_groups)
@@ -95,8 +99,7 @@ def run(prefix: str, fabric: Fabric, *, system: str | None = None, comm_groups: 
     say("simulate")
     result = st.simulate_trace(prepared, fabric.network.capacity, fabric.network.latency, options,
                                background=fabric.background)
-    static = [float(t) for t in st.trace_class_times(prepared, fabric.network.capacity, fabric.network.latency,
-                                                     options, background=fabric.background)]
+    static = [float(t) for t in result.class_times]
     classes = [{"name": c.name, "timing": "start times, overlap shares links" if c.dynamic else "all groups at once",
                 **({} if c.dynamic else {"time_per_call_s": static[i]})} for i, c in enumerate(prepared.classes)]
     finish = np.asarray(result.finish)
@@ -109,15 +112,21 @@ def run(prefix: str, fabric: Fabric, *, system: str | None = None, comm_groups: 
             "_result": result, "_prepared": prepared}
 
 
-def node_rows(prepared, result):
-    """Per trace node: (rank, node id, name, kind, start_s, end_s), ranks in order, file order."""
-    start, end = np.asarray(result.start), np.asarray(result.end)
-    kinds = prepared.node_kind[prepared.dag_of]
+def nodes_csv(prepared, result) -> str:
+    """``trace_nodes.csv``: rank, node id, name, kind, start_s, end_s of every trace node (ranks in
+    order, each in file order)."""
+    start, end = np.asarray(result.start).tolist(), np.asarray(result.end).tolist()
+    kinds = prepared.node_kind[prepared.dag_of].tolist()
+    buffer = io.StringIO()
+    out = csv.writer(buffer, lineterminator="\n")
+    out.writerow(["rank", "node", "name", "kind", "start_s", "end_s"])
     g = 0
     for r, rt in enumerate(prepared.trace.ranks):
-        for i in range(rt.num_nodes):
-            yield r, int(rt.ids[i]), rt.names[i], _KINDS[kinds[g]], float(start[g]), float(end[g])
-            g += 1
+        ids = rt.ids.tolist()
+        out.writerows((r, ids[i], rt.names[i], _KINDS[kinds[g + i]], start[g + i], end[g + i])
+                      for i in range(rt.num_nodes))
+        g += rt.num_nodes
+    return buffer.getvalue()
 
 
 def timeline_spans(prepared, result, *, max_ranks: int = 48):
@@ -130,7 +139,7 @@ def timeline_spans(prepared, result, *, max_ranks: int = 48):
     offsets = np.concatenate([[0], np.cumsum([rt.num_nodes for rt in prepared.trace.ranks])])
     spans = {}
     for r in shown:
-        sl = slice(offsets[r], offsets[r + 1])
+        sl = slice(int(offsets[r]), int(offsets[r + 1]))
         a, b, k = start[sl], end[sl], kinds[sl]
         spans[r] = {name: [(float(x), float(y - x)) for x, y, kk in zip(a, b, k) if kk == code and y > x]
                     for code, name in enumerate(_KINDS[:3])}
@@ -147,13 +156,17 @@ def export(model, out: str, *, progress=None) -> dict:
     """Write every training job of a prepared scenario as a Chakra trace ``out/<job>.<rank>.et`` and
     return ``export-trace.json``'s figures (per job: prefix, ranks, nodes, GPUs, and the step time the
     trace should read back to: the job alone on the fabric, with the scenario's constant load)."""
-    import os
-
     say = progress or (lambda message: None)
-    jobs = {}
+    jobs, taken = {}, set()
     for plan in model.plans:
         name = plan.job.name
-        prefix = os.path.join(out, safe_name(name))
+        base = stem = safe_name(name)
+        k = 1
+        while stem in taken:  # "a b" and "a_b" must not share files
+            k += 1
+            stem = f"{base}_{k}"
+        taken.add(stem)
+        prefix = os.path.join(out, stem)
         say(f"export {name} to {prefix}.<rank>.et")
         summary = st.export_training(plan, prefix)
         alone = st.step_time(plan, model.network, model.options, info=model.info, background=model.fixed_load)

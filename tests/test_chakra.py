@@ -43,7 +43,8 @@ def _makespan(prefix, fabric, **kw):
 @pytest.mark.parametrize("prefix", _prefixes(), ids=lambda p: os.path.relpath(p, ASTRA))
 def test_every_shared_trace_parses(prefix):
     trace = chakra.read_trace(prefix)
-    assert trace.num_ranks == int(prefix.split("npus")[0].rsplit("/", 1)[-1]) if "npus_" in prefix else 64
+    ranks = int(prefix.split("npus")[0].rsplit("/", 1)[-1]) if "npus_" in prefix else 64
+    assert trace.num_ranks == ranks
     assert trace.num_nodes >= trace.num_ranks
     for rank in trace.ranks:
         assert np.all(rank.duration >= 0) and np.all(rank.dep_ptr[1:] >= rank.dep_ptr[:-1])
@@ -210,6 +211,10 @@ BAD = {
     "unmatched collective": ("count", r"is never reached by rank 0"),
     "unmatched send": ("send", r"no matching recv for \(src 0, dst 1, tag 3\)"),
     "deadlock": ("cycle", r"deadlocks"),
+    "negative duration": ("negdur", r"rank 0, node 0: duration must be >= 0 and finite seconds, got -1.0"),
+    "malformed attribute": ("scalar_group", r"rank 1, node 1: a malformed attribute"),
+    "missing comm-group file": ("groups", r"nope\.json: cannot read the comm-group file"),
+    "prefix in a missing folder": ("folder", r"cannot list"),
 }
 
 
@@ -244,8 +249,40 @@ def test_bad_traces_name_file_rank_and_node(tmp_path, case):
         send = lambda a, b: {"comm_src": a, "comm_dst": b, "comm_tag": 0, "comm_size": 100}  # noqa: E731
         _two_ranks(tmp_path, [(chakra.RECV, "r", [], send(1, 0), 0.0), (chakra.SEND, "s", [0], send(0, 1), 0.0)],
                    [(chakra.RECV, "r", [], send(0, 1), 0.0), (chakra.SEND, "s", [0], send(1, 0), 0.0)])
+    elif what == "negdur":
+        _two_ranks(tmp_path, [(chakra.COMP, "c", [], {"duration_seconds": -1.0}, 0.0), base[1]], base)
+    elif what == "scalar_group":
+        _two_ranks(tmp_path, base, [base[0], (chakra.COLL, "ar", [0], {**coll, "comm_group": 3}, 0.0)])
+    kw = {"comm_groups": str(tmp_path / "nope.json")} if what == "groups" else {}
+    if what == "folder":
+        prefix = str(tmp_path / "no" / "t")
     with pytest.raises(chakra.TraceError, match=message):
-        fmtrace.run(prefix, _fabric())
+        fmtrace.run(prefix, _fabric(), **kw)
+
+
+def test_a_rank_without_nodes_finishes_at_zero(tmp_path):
+    coll = {"comm_type": 0, "comm_size": MiB, "comm_group": [0, 1]}
+    for r in range(2):
+        _write(str(tmp_path / f"t.{r}.et"), [(chakra.COLL, "ar", [], coll, 0.0)])
+    _write(str(tmp_path / "t.2.et"), [])
+    out = fmtrace.run(str(tmp_path / "t"), _fabric())
+    assert out["finish_s"][2] == 0.0 and out["makespan_s"] == pytest.approx(MiB / 100e9)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_gradient_through_tied_chains_in_either_precision(tmp_path, dtype):
+    """Two all-reduces in a chain after a long compute node: every predecessor tie is exact, so the
+    gradient is the whole makespan's (d/da of T/a at a = 1 is -T_comm) in float32 too."""
+    coll = {"comm_type": 0, "comm_size": MiB}
+    nodes = [(chakra.COMP, "c", [], None, 100.0), (chakra.COLL, "a", [0], coll, 0.0),
+             (chakra.COLL, "b", [1], coll, 0.0)]
+    prefix = _two_ranks(tmp_path, nodes, nodes)
+    fabric = _fabric()
+    prepared = st.prepare_trace(chakra.read_trace(prefix), fabric.router)
+    cap, lat = fabric.network.capacity.astype(dtype), fabric.network.latency.astype(dtype)
+    g = jax.grad(lambda a: st.trace_makespan(prepared, cap * a, lat))(jnp.asarray(1.0, dtype))
+    assert g.dtype == dtype
+    assert float(g) == pytest.approx(-2 * MiB / 100e9, rel=1e-5)
 
 
 def test_a_trace_larger_than_the_fabric_is_refused(tmp_path):
@@ -282,18 +319,19 @@ fabric:
   sites:
     - name: a
       scale_up: {size: 8, bandwidth: 400GB/s, latency: 1us}
-      scale_out: {tiers: 2, gpus_per_leaf: 8, leaves_per_pod: 2, spines_per_pod: 2, nic_bandwidth: 400Gbps}
+      scale_out: {tiers: 2, gpus_per_leaf: 8, leaves_per_pod: 4, spines_per_pod: 2, nic_bandwidth: 400Gbps}
 workloads:
   training:
     - name: job one
       model: {name: m, layers: 4, hidden: 512, ffn_hidden: 2048, heads: 8, kv_heads: 8, vocab: 8000, seq_len: 1024}
       parallelism: {tp: 4, pp: 2, dp: 2}
       global_batch: 16
+      first_rank: 16
 """)
     out = tmp_path / "exp"
     assert cli.main(["export-trace", str(config), "--out", str(out), "--quiet"]) == 0
     exported = json.loads((out / "export-trace.json").read_text())["jobs"]["job one"]
-    assert exported["ranks"] == 16 and os.path.exists(out / "job_one.15.et")
+    assert exported["ranks"] == 16 and os.path.exists(out / "job_one.15.et") and exported["gpus"][0] == 16
     assert cli.main(["trace", str(out / "job_one"), "--network", str(config), "--system",
                      str(out / "job_one.system.json"), "--out", str(tmp_path / "run"), "--quiet"]) == 0
     result = json.loads((tmp_path / "run" / "trace.json").read_text())

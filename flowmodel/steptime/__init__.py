@@ -48,6 +48,7 @@ from ._schedule import ScheduleTimes as ScheduleTimes
 from ._schedule import evaluate_schedule as evaluate_schedule
 from ._schedule import one_f_one_b as one_f_one_b
 from ._trace import IMPLEMENTATIONS as IMPLEMENTATIONS
+from ._trace import TRACE_NODE_KINDS as TRACE_NODE_KINDS
 from ._trace import PreparedTrace as PreparedTrace
 from ._trace import TraceResult as TraceResult
 from ._trace import TraceSystem as TraceSystem

@@ -3,8 +3,11 @@
 How a trace runs (``prepare_trace`` fixes the structure once; ``simulate_trace`` times it):
 
 - A compute node takes its duration. A rank has one compute engine: its compute nodes run one at a
-  time, in dependency order (ties: file order), as ASTRA-sim runs them. Metadata and memory nodes take
-  their ``duration_micros`` (usually 0) and do not occupy the engine. Communication overlaps compute.
+  time in a fixed order, by dependency level and then file order (ASTRA-sim runs them as they become
+  ready; the two agree when a rank's compute nodes form a chain, as in flowmodel's export, and differ
+  when a ready node waits behind an earlier-level one that waits for communication). Metadata and
+  memory nodes take their ``duration_micros`` (usually 0) and do not occupy the engine. Communication
+  overlaps compute.
 - A collective starts when every member has reached it (collectives are matched across ranks by their
   order among the rank's collectives on that group); a send/recv pair, matched on (src, dst, tag) and
   order, starts when both sides are posted. A send or recv that names no peer (Chakra's generator
@@ -26,7 +29,12 @@ How a trace runs (``prepare_trace`` fixes the structure once; ``simulate_trace``
 
 The timed DAG is a longest-path problem; it runs in NumPy (levels of the DAG, vectorised) behind a
 custom VJP, so the makespan is differentiable in the network's capacity and latency like the step
-time: the gradient follows the critical path (a tie splits it evenly, as ``jnp.maximum`` does).
+time, in reverse mode (``jax.grad``, ``jax.vjp``; not ``jax.jvp``): the gradient follows the critical
+path (a tie splits it evenly, as ``jnp.maximum`` does).
+
+This is the step-time model's contention rule, not a packet-by-packet co-simulation: a static class
+counts all its groups as overlapping even when the schedule staggers them (an upper bound on its
+contention), and different classes never share links.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._checks import is_traced
+from ..results import write_text
 from ..routing import Router
 from ..traffic import _collectives as coll
 from ..traffic._chakra import COLL, COMM_TYPE_OF, COMP, RECV, SEND, Trace, TraceError, TraceWriter, write_comm_groups
@@ -90,9 +99,14 @@ def read_system(path: str) -> TraceSystem:
                 raise TraceError(f"{path}: {key}: unknown implementation in {value!r}; known: "
                                  f"{', '.join(IMPLEMENTATIONS)}")
             kind = SYSTEM_KEYS[key]
-            algorithms[kind] = "direct" if kind == "all_to_all" else IMPLEMENTATIONS[dims[0]]
-            if kind in ("all_gather", "reduce_scatter"):
-                algorithms[kind] = "ring"
+            chosen = IMPLEMENTATIONS[dims[0]]
+            if kind == "all_to_all":
+                chosen = "direct"  # flowmodel's one all-to-all: every pair at once
+            elif kind in ("all_gather", "reduce_scatter"):
+                chosen = "ring"
+            algorithms[kind] = chosen
+            if chosen != dims[0]:
+                notes.append(f"{key}: {dims[0]!r} runs as flowmodel's {chosen!r}")
             if len(dims) > 1:
                 notes.append(f"{key}: one algorithm over the whole group ({dims[0]!r}, the first dimension's)")
         elif key == "preferred-dataset-splits":
@@ -115,7 +129,6 @@ class _Dag:
         self.n, self.const, self.slot = n, const, slot
         level = _levels(n, src, dst, describe)
         order = np.argsort(level, kind="stable")
-        self.level = level
         bounds = np.searchsorted(level[order], np.arange(level.max(initial=-1) + 2))
         rank_of = np.empty(n, np.int64)
         rank_of[order] = np.arange(n)
@@ -132,31 +145,36 @@ class _Dag:
         self.src, self.dst = src, dst
 
     def durations(self, d):
-        return self.const + np.asarray(d)[self.slot]
+        return self.const + np.asarray(d, np.float64)[self.slot]
 
-    def forward(self, d):
+    def forward(self, d, *, starts: bool = False):
+        """float64[n] end times (and, with ``starts``, each level's start times, the max of its
+        predecessors' ends: the ties the gradient splits over are exact equalities with them)."""
         dur = self.durations(d)
-        end = np.zeros(self.n, dur.dtype)
+        end = np.zeros(self.n)
+        level_starts = []
         for w, (nodes, preds, offsets, _) in enumerate(self.levels):
-            start = np.maximum.reduceat(end[preds], offsets) if w else 0.0
+            start = np.maximum.reduceat(end[preds], offsets) if w else np.zeros(nodes.size)
             end[nodes] = start + dur[nodes]
-        return end
+            level_starts.append(start)
+        return (end, level_starts) if starts else end
 
-    def backward(self, d, end, g):
-        dur = self.durations(d)
-        g_end = np.array(g, dtype=dur.dtype)
-        g_node = np.zeros(self.n, dur.dtype)
-        for w in range(len(self.levels) - 1, -1, -1):
+    def backward(self, d, g):
+        """float64[slots]: the gradient of ``<g, forward(d)>`` along the longest paths (a tie between
+        predecessors splits the cotangent evenly), recomputed in float64 whatever ``d``'s dtype."""
+        end, level_starts = self.forward(d, starts=True)
+        g_end = np.array(g, dtype=np.float64)
+        g_node = np.zeros(self.n)
+        for w in range(len(self.levels) - 1, 0, -1):
             nodes, preds, offsets, counts = self.levels[w]
             ct = g_end[nodes]
             g_node[nodes] += ct
-            if not w:
-                continue
-            start = np.repeat(end[nodes] - dur[nodes], counts)
-            tied = np.isclose(end[preds], start, rtol=0.0, atol=1e-15 * max(1.0, float(np.abs(start).max())))
-            share = np.repeat(ct / np.maximum(np.add.reduceat(tied, offsets), 1), counts)
+            tied = end[preds] == np.repeat(level_starts[w], counts)
+            share = np.repeat(ct / np.add.reduceat(tied, offsets), counts)  # >= 1 tie: the max is one of them
             np.add.at(g_end, preds[tied], share[tied])
-        return np.bincount(self.slot, weights=g_node, minlength=np.asarray(d).shape[0]).astype(dur.dtype)
+        if self.levels:
+            g_node[self.levels[0][0]] += g_end[self.levels[0][0]]
+        return np.bincount(self.slot, weights=g_node, minlength=np.asarray(d).shape[0])
 
     def critical_path(self, d, end) -> list[int]:
         """The chain of nodes that ends last, each after the predecessor that set its start."""
@@ -229,26 +247,23 @@ class PreparedTrace:
     dag_of: np.ndarray
     node_rank: np.ndarray
     node_kind: np.ndarray  # per DAG node: 0 compute, 1 collective, 2 send/recv, 3 other
-    labels: tuple[str, ...]
     describe: object
     ends: object  # the DAG's longest-path end times as a differentiable JAX function of the slot durations
-
-    @property
-    def num_slots(self) -> int:
-        return self.num_static + self.num_dynamic + 1
 
 
 @dataclasses.dataclass(frozen=True)
 class TraceResult:
     """``makespan`` (s), ``finish`` float[R] each rank's last end, ``start`` / ``end`` float[total]
     every trace node's (ranks one after another, file order), ``critical_path``: the chain of nodes
-    that sets the makespan (dicts: rank, node id, name, kind, start_s, end_s)."""
+    that sets the makespan (dicts: rank, node id, name, kind, start_s, end_s; a collective is shown on
+    the member whose rank the path runs through), ``class_times``: one call of each static class."""
 
     makespan: object
     finish: object
     start: object
     end: object
     critical_path: list
+    class_times: object = None  # float[C] one call of each static contention class (trace_class_times)
 
 
 def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecmp", seed: int = 0, qps: int = 4,
@@ -258,11 +273,18 @@ def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecm
     kind -> algorithm (default ring; all-to-all direct); ``chunks``: collectives run as that many
     chunks one after another (the bandwidth term is unchanged, the latency term is paid per chunk)."""
     R = trace.num_ranks
-    gpus = np.arange(R) if gpus is None else np.asarray(gpus, np.int64)
+    recorded = gpus is None and trace.gpus is not None
+    if gpus is None:  # the GPUs the producer recorded (flowmodel's export does), else rank r on GPU r
+        gpus = trace.gpus if recorded else np.arange(R)
+    gpus = np.asarray(gpus, np.int64)
     if gpus.shape != (R,) or len(set(gpus.tolist())) != R:
         raise TraceError(f"gpus: needs {R} distinct GPUs (one per trace rank), got {gpus.shape[0]}")
-    if gpus.max(initial=0) >= router.info.num_gpus or gpus.min(initial=0) < 0:
-        raise TraceError(f"{trace.prefix}: the trace has {R} ranks, but the fabric has {router.info.num_gpus} GPUs")
+    G = router.info.num_gpus
+    if recorded and gpus.max(initial=0) >= G:
+        raise TraceError(f"{trace.prefix}: the trace records its ranks' GPUs (flowmodel_gpu) up to GPU "
+                         f"{int(gpus.max())}, but the fabric has {G} GPUs; pass the GPUs to run it on")
+    if gpus.max(initial=0) >= G or gpus.min(initial=0) < 0:
+        raise TraceError(f"{trace.prefix}: the trace has {R} ranks, but the fabric has {G} GPUs")
     if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or chunks < 1:
         raise TraceError(f"chunks: must be an integer >= 1, got {chunks!r}")
     algs = dict(_DEFAULT, **(algorithms or {}))
@@ -371,8 +393,7 @@ def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecm
     src, dst = np.concatenate(src), np.concatenate(dst)
     describe = _describer(trace, dag_of, rank_of, pos, n_dag)
     if (src == dst).any():
-        raise TraceError(f"the trace deadlocks: {describe(int(src[src == dst][0]))} waits for itself "
-                         "(a member of a collective depends on another member of it)")
+        raise TraceError(f"the trace deadlocks: {describe(int(src[src == dst][0]))} depends on itself")
     edges = np.unique(np.stack([src, dst], 1), axis=0)
     src, dst = edges[:, 0], edges[:, 1]
     # one compute engine per rank: its compute nodes in dependency order (ties: file order)
@@ -383,16 +404,17 @@ def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecm
     same = rank_of[comp][1:] == rank_of[comp][:-1]
     src = np.concatenate([src, dag_of[comp][:-1][same]])
     dst = np.concatenate([dst, dag_of[comp][1:][same]])
+    edges = np.unique(np.stack([src, dst], 1), axis=0)  # a dependency that is also the engine's order counts once
+    src, dst = edges[:, 0], edges[:, 1]
 
     # contention classes
     static: dict[tuple, list[int]] = {}
     for i, key in enumerate(inst_key):
         static.setdefault((key[0], key[1], key[2], len(key[3])), []).append(i)
     slot = np.empty(n_dag, np.int64)
-    is_comm = kind_of_dag != 0
-    is_comm[kind_of_dag == 3] = False
+    is_comm = (kind_of_dag == 1) | (kind_of_dag == 2)
     followed = _followed_by_comm(n_dag, src, dst, is_comm, describe)
-    classes, dynamic_groups, labels = [], {}, []
+    classes, dynamic_groups = [], {}
     for (lab, kind, nbytes, n), members in static.items():
         name = _class_name(lab, kind, nbytes, n)
         timed = kind != "barrier" and n > 1
@@ -413,7 +435,6 @@ def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecm
                        for ph in collective.phases)
         slot[members] = len(classes)
         classes.append(_Class(name, phases, False))
-        labels.append(name)
     num_static = len(classes)
     num_dynamic = 0
     for (lab, kind, n), members in dynamic_groups.items():
@@ -438,13 +459,12 @@ def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecm
         num_dynamic += len(members)
         name = _class_name(lab, kind, None, n)
         classes.append(_Class(name, (rp,), True, np.concatenate(flow_inst), nodes))
-        labels.append(name)
     zero = num_static + num_dynamic
     slot[slot < 0] = zero
     slot[len(inst_key):] = zero
     dag = _Dag(n_dag, src, dst, const, slot, describe)
     return PreparedTrace(trace, gpus, tuple(classes), num_static, num_dynamic, dag, dag_of, rank_of, kind_of_dag,
-                         tuple(labels), describe, _dag_function(dag))
+                         describe, _dag_function(dag))
 
 
 def _chunked(ph: coll.Phase, chunks: int) -> coll.Phase:
@@ -505,13 +525,11 @@ def _dag_function(dag: _Dag):
                                  d, vmap_method="sequential")
 
     def fwd(d):
-        e = ends(d)
-        return e, (d, e)
+        return ends(d), d
 
-    def bwd(res, g):
-        d, e = res
-        grad = jax.pure_callback(lambda x, y, z: dag.backward(x, y, z).astype(x.dtype),
-                                 jax.ShapeDtypeStruct(d.shape, d.dtype), d, e, g, vmap_method="sequential")
+    def bwd(d, g):
+        grad = jax.pure_callback(lambda x, y: dag.backward(x, y).astype(x.dtype),
+                                 jax.ShapeDtypeStruct(d.shape, d.dtype), d, g, vmap_method="sequential")
         return (grad,)
 
     ends.defvjp(fwd, bwd)
@@ -552,25 +570,41 @@ def simulate_trace(prepared: PreparedTrace, capacity, latency, options: Options 
         end = prepared.ends(d)
     node_end = end[prepared.dag_of]
     node_dur = jnp.asarray(prepared.dag.const)[prepared.dag_of] + d[prepared.dag.slot[prepared.dag_of]]
-    finish = jax.ops.segment_max(node_end, jnp.asarray(prepared.node_rank), num_segments=prepared.trace.num_ranks)
+    ranks = jnp.asarray(prepared.node_rank)
+    finish = jax.ops.segment_max(node_end, ranks, num_segments=prepared.trace.num_ranks)
+    has_nodes = np.bincount(prepared.node_rank, minlength=prepared.trace.num_ranks) > 0
+    finish = jnp.where(has_nodes, finish, 0.0)  # a rank with no nodes is done at 0
     path = []
     if critical_path and not is_traced(end):
         path = _critical(prepared, np.asarray(d), np.asarray(end))
-    return TraceResult(jnp.max(end), finish, node_end - node_dur, node_end, path)
+    return TraceResult(jnp.max(end), finish, node_end - node_dur, node_end, path, static)
+
+
+TRACE_NODE_KINDS = ("compute", "collective", "send_recv", "other")  # PreparedTrace.node_kind codes
 
 
 def _critical(prepared: PreparedTrace, d, end) -> list:
     dag = prepared.dag
     dur = dag.durations(d)
-    kinds = ("compute", "collective", "send_recv", "other")
-    out = []
-    for node in dag.critical_path(d, end):
-        g = int(prepared.describe.first[node])
-        r = int(prepared.node_rank[g])
-        rt = prepared.trace.ranks[r]
-        p = g - int(np.searchsorted(prepared.node_rank, r))
-        out.append({"rank": r, "node": int(rt.ids[p]), "name": rt.names[p], "kind": kinds[prepared.node_kind[node]],
-                    "start_s": float(end[node] - dur[node]), "end_s": float(end[node])})
+    members = np.argsort(prepared.dag_of, kind="stable")  # trace nodes grouped by DAG node
+    bounds = np.searchsorted(prepared.dag_of[members], np.arange(dag.n + 1))
+    offsets = np.concatenate([[0], np.cumsum([rt.num_nodes for rt in prepared.trace.ranks])])
+    path = dag.critical_path(d, end)
+    out, rank = [], None
+    for i, node in enumerate(path):
+        who = members[bounds[node]:bounds[node + 1]]
+        ranks = prepared.node_rank[who]
+        if rank is None or rank not in ranks:  # keep to the rank the path runs on, else the next node's rank
+            after = path[i + 1] if i + 1 < len(path) else None
+            later = prepared.node_rank[members[bounds[after]:bounds[after + 1]]] if after is not None else ranks
+            common = np.intersect1d(ranks, later)
+            rank = int(common[0]) if common.size else int(ranks[0])
+        g = int(who[np.flatnonzero(ranks == rank)[0]])
+        rt = prepared.trace.ranks[rank]
+        p = g - int(offsets[rank])
+        out.append({"rank": rank, "node": int(rt.ids[p]), "name": rt.names[p],
+                    "kind": TRACE_NODE_KINDS[prepared.node_kind[node]], "start_s": float(end[node] - dur[node]),
+                    "end_s": float(end[node])})
     return out
 
 
@@ -643,6 +677,7 @@ def export_training(plan: TrainingPlan, prefix: str) -> dict:
         params = plan.layers * model.layer_params + embed * ((np.arange(V) == 0) + (np.arange(V) == V - 1))
         dp_sizes = params / par.tp * job.grad_bytes
 
+    implementation = {"tree": "doubleBinaryTree"}.get(job.algorithm, "ring")  # ASTRA-sim's name for it
     schedule = one_f_one_b(p, m, v)
     nodes = 0
     coords = sorted((int(rank_of[d, s, c, t]), (d, s, c, t)) for d in range(par.dp) for s in range(p)
@@ -650,7 +685,8 @@ def export_training(plan: TrainingPlan, prefix: str) -> dict:
     written, w = [], None
     try:
         for r, (d, s, c, t) in coords:
-            w = TraceWriter(f"{prefix}.{r}.et", {"producer": "flowmodel", "job": job.name})
+            w = TraceWriter(f"{prefix}.{r}.et", {"producer": "flowmodel", "job": job.name,
+                                                 "flowmodel_gpu": int(gpus[r])})
             nodes += _write_rank(w, r, d, s, c, t, schedule[s], rank_of, plan, groups, group, per_layer, cp_f, cp_b,
                                  ep, shard, dp_sizes, layer_f, head_f)
             w.close()
@@ -663,10 +699,9 @@ def export_training(plan: TrainingPlan, prefix: str) -> dict:
         raise
     write_comm_groups(prefix, groups)
     _remove_stale(prefix, len(coords))
-    implementation = {"ring": "ring", "tree": "doubleBinaryTree"}[job.algorithm]
-    with open(f"{prefix}.system.json", "w") as fh:
-        json.dump({"all-reduce-implementation": [implementation], "all-gather-implementation": ["ring"],
-                   "reduce-scatter-implementation": ["ring"], "all-to-all-implementation": ["direct"]}, fh, indent=2)
+    write_text(f"{prefix}.system.json", json.dumps({
+        "all-reduce-implementation": [implementation], "all-gather-implementation": ["ring"],
+        "reduce-scatter-implementation": ["ring"], "all-to-all-implementation": ["direct"]}, indent=2))
     return {"ranks": len(coords), "nodes": nodes, "gpus": gpus.tolist(), "prefix": prefix}
 
 

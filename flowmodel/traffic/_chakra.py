@@ -153,14 +153,26 @@ def _varint(n: int) -> bytes:
 
 def read_messages(path: str):
     """The raw messages of one ET file: ``(metadata bytes, [node bytes, ...])`` (delimited framing)."""
-    with open(path, "rb") as fh:
-        data = fh.read()
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read ({e.strerror or e})") from None
     chunks, pos, n = [], 0, len(data)
+
+    def where() -> str:  # the last message read whole, for the user to find the damage
+        if len(chunks) < 2:
+            return "after the GlobalMetadata" if chunks else "in the first message"
+        try:
+            return f"after node {Node.FromString(chunks[-1]).id}"
+        except Exception:  # noqa: BLE001 - a damaged node: name its position instead
+            return f"after message {len(chunks) - 1}"
+
     while pos < n:
         length, shift, start = 0, 0, pos
         while True:
             if pos >= n:
-                raise TraceError(f"{path}: truncated length prefix at byte {start}")
+                raise TraceError(f"{path}: truncated length prefix at byte {start}, {where()}")
             byte = data[pos]
             pos += 1
             length |= (byte & 0x7F) << shift
@@ -168,9 +180,9 @@ def read_messages(path: str):
                 break
             shift += 7
             if shift > 63:
-                raise TraceError(f"{path}: malformed length prefix at byte {start}")
+                raise TraceError(f"{path}: malformed length prefix at byte {start}, {where()}")
         if pos + length > n:
-            raise TraceError(f"{path}: message {len(chunks)} at byte {start} says {length} bytes, but only "
+            raise TraceError(f"{path}: message {len(chunks)} at byte {start} ({where()}) says {length} bytes, but only "
                              f"{n - pos} remain (truncated file?)")
         chunks.append(data[pos:pos + length])
         pos += length
@@ -215,12 +227,14 @@ class RankTrace:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Trace:
-    """A whole trace: every rank's nodes and the process groups collectives name."""
+    """A whole trace: every rank's nodes, the process groups collectives name, and (from flowmodel's
+    export) the GPU each rank ran on."""
 
     prefix: str
     ranks: tuple[RankTrace, ...]
     groups: tuple[tuple[int, ...], ...]
     version: str = VERSION
+    gpus: tuple[int, ...] | None = None  # the GPU of each rank, when the producer recorded it (flowmodel_gpu)
 
     @property
     def num_ranks(self) -> int:
@@ -234,22 +248,28 @@ class Trace:
 def trace_ranks(prefix: str) -> int:
     """How many rank files ``<prefix>.<rank>.et`` exist (ranks 0..N-1; a gap is an error)."""
     folder, base = os.path.split(prefix)
-    pattern = re.compile(re.escape(base) + r"\.(\d+)\.et$")
-    found = sorted(int(m.group(1)) for f in os.listdir(folder or ".") if (m := pattern.match(f)))
+    pattern = re.compile(re.escape(base) + r"\.(0|[1-9][0-9]*)\.et$")  # canonical numbers: t.01.et is not rank 1
+    try:
+        names = os.listdir(folder or ".")
+    except OSError as e:
+        raise TraceError(f"{prefix}: cannot list {folder or '.'} ({e.strerror or e})") from None
+    found = sorted(int(m.group(1)) for f in names if (m := pattern.match(f)))
     if not found:
         raise TraceError(f"{prefix}: no trace files {prefix}.<rank>.et")
-    missing = sorted(set(range(found[-1] + 1)) - set(found))
-    if missing:
-        raise TraceError(f"{prefix}.{missing[0]}.et: missing (ranks 0..{found[-1]} have files but rank {missing[0]} "
-                         "does not)")
+    gap = next((i for i, r in enumerate(found) if r != i), None)
+    if gap is not None:
+        raise TraceError(f"{prefix}.{gap}.et: missing (there are files up to rank {found[-1]} but not rank {gap})")
     return len(found)
 
 
-def _read_groups(path: str | None) -> dict[str, tuple[int, ...]]:
-    if path is None or not os.path.exists(path):
+def _read_groups(path: str | None, required: bool) -> dict[str, tuple[int, ...]]:
+    if path is None or (not required and not os.path.exists(path)):
         return {}
-    with open(path) as fh:
-        spec = json.load(fh)
+    try:
+        with open(path) as fh:
+            spec = json.load(fh)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise TraceError(f"{path}: cannot read the comm-group file ({getattr(e, 'strerror', None) or e})") from None
     if not isinstance(spec, dict):
         raise TraceError(f"{path}: expected a mapping of group name -> member ranks")
     out = {}
@@ -264,19 +284,25 @@ def read_trace(prefix: str, *, comm_groups: str | None = None) -> Trace:
     """Read ``<prefix>.<rank>.et`` for every rank (and ``<prefix>.comm_group.json`` if present, or
     ``comm_groups``: ASTRA-sim's comm-group file)."""
     n = trace_ranks(prefix)
-    named = _read_groups(comm_groups if comm_groups is not None else f"{prefix}.comm_group.json")
-    groups: dict[tuple[int, ...], int] = {}
-    ranks = []
+    named = _read_groups(comm_groups if comm_groups is not None else f"{prefix}.comm_group.json",
+                         required=comm_groups is not None)
+    groups: dict[tuple[int, ...], tuple[int, tuple[int, ...]]] = {}  # sorted members -> (index, members)
+    ranks, gpus = [], []
     version = VERSION
     for r in range(n):
         path = f"{prefix}.{r}.et"
         meta, nodes = read_messages(path)
         try:
-            version = GlobalMetadata.FromString(meta).version or version
+            metadata = GlobalMetadata.FromString(meta)
         except Exception as e:  # noqa: BLE001 - protobuf's DecodeError, named for the user
             raise TraceError(f"{path}: the first message is not a GlobalMetadata ({e})") from None
+        version = metadata.version or version
+        gpus.append(next((attribute_value(a) for a in metadata.attr if a.name == "flowmodel_gpu"), None))
         ranks.append(_read_rank(path, r, n, nodes, named, groups))
-    return Trace(prefix, tuple(ranks), tuple(groups), version)
+    recorded = None
+    if all(isinstance(g, int) and g >= 0 for g in gpus) and len(set(gpus)) == n:
+        recorded = tuple(gpus)
+    return Trace(prefix, tuple(ranks), tuple(m for _, m in sorted(groups.values())), version, recorded)
 
 
 def _read_rank(path, rank, n_ranks, messages, named, groups) -> RankTrace:
@@ -297,48 +323,24 @@ def _read_rank(path, rank, n_ranks, messages, named, groups) -> RankTrace:
             raise TraceError(f"{path}: rank {rank}, message {i + 1}: not a Node ({e})") from None
         t = node.type
         if t not in (METADATA, MEM_LOAD, MEM_STORE, COMP, SEND, RECV, COLL):
-            label = NODE_TYPES[t] if 0 <= t < len(NODE_TYPES) else f"unknown type {t}"
-            raise TraceError(f"{path}: rank {rank}, node {node.id}: node type {label} is not one this reader runs "
+            kind = NODE_TYPES[t] if 0 <= t < len(NODE_TYPES) else f"unknown type {t}"
+            raise TraceError(f"{path}: rank {rank}, node {node.id}: node type {kind} is not one this reader runs "
                              f"(known: {', '.join(NODE_TYPES[1:])})")
         ids[i], types[i] = node.id, t
         names.append(node.name)
         attrs = {a.name: attribute_value(a) for a in node.attr if a.name in _USED}
-        if t == COMP or t in (METADATA, MEM_LOAD, MEM_STORE):
-            exact = attrs.get("duration_seconds")
-            duration[i] = float(exact) if exact is not None else node.duration_micros * 1e-6
-        elif t == COLL:
-            if "comm_type" not in attrs:
-                raise TraceError(f"{path}: rank {rank}, node {node.id}: a COMM_COLL_NODE without comm_type")
-            ct = int(attrs["comm_type"])
-            if not 0 <= ct < len(COMM_TYPES):
-                raise TraceError(f"{path}: rank {rank}, node {node.id}: unknown comm_type {ct}")
-            comm[i] = KIND_OF[COMM_TYPES[ct]]
-            if comm[i] is None:
-                raise TraceError(f"{path}: rank {rank}, node {node.id}: collective {COMM_TYPES[ct]} is not modelled "
-                                 f"(modelled: {', '.join(k for k, v in KIND_OF.items() if v)})")
-            size[i] = _size(attrs, path, rank, node.id, required=comm[i] != "barrier")
-            key = (attrs.get("pg_name"), attrs.get("comm_group"))
-            key = (key[0], tuple(key[1]) if key[1] is not None else None)
-            if key not in seen:  # each distinct group is checked once per rank
-                seen[key] = _group(attrs, named, groups, n_ranks, path, rank, node.id)
-            group[i] = seen[key]
-        if t in (COLL, SEND, RECV) and attrs.get("flowmodel_phase"):
-            label[i] = str(attrs["flowmodel_phase"])
-        if t in (SEND, RECV):
-            size[i] = _size(attrs, path, rank, node.id, required=True)
-            other = attrs.get("comm_dst" if t == SEND else "comm_src")
-            if other is not None:
-                other = int(other)
-                if not 0 <= other < n_ranks or other == rank:
-                    raise TraceError(f"{path}: rank {rank}, node {node.id}: peer rank {other} is not another rank "
-                                     f"of the trace (0..{n_ranks - 1})")
-                peer[i] = other
-            tag[i] = int(attrs.get("comm_tag", 0))
+        try:
+            _fields(i, t, node, attrs, duration, size, group, peer, tag, comm, label, seen, named, groups, n_ranks,
+                    path, rank)
+        except (TypeError, ValueError, OverflowError) as e:
+            if isinstance(e, TraceError):
+                raise
+            raise TraceError(f"{path}: rank {rank}, node {node.id}: a malformed attribute ({e})") from None
         dep_lists.append((*node.ctrl_deps, *node.data_deps))
     position = {int(v): i for i, v in enumerate(ids.tolist())}
     if len(position) != N:
-        dup = next(v for v in ids.tolist() if sum(1 for w in ids.tolist() if w == v) > 1)
-        raise TraceError(f"{path}: rank {rank}, node {dup}: the id is used twice")
+        values, counts = np.unique(ids, return_counts=True)
+        raise TraceError(f"{path}: rank {rank}, node {int(values[counts > 1][0])}: the id is used twice")
     counts = np.fromiter((len(d) for d in dep_lists), np.int64, N)
     dep_ptr = np.concatenate([[0], np.cumsum(counts)])
     deps = np.empty(int(dep_ptr[-1]), np.int64)
@@ -349,6 +351,49 @@ def _read_rank(path, rank, n_ranks, messages, named, groups) -> RankTrace:
                                  "does not have")
             deps[dep_ptr[i] + j] = position[dep]
     return RankTrace(path, ids, names, types, duration, comm, size, group, peer, tag, label, dep_ptr, deps)
+
+
+def _fields(i, t, node, attrs, duration, size, group, peer, tag, comm, label, seen, named, groups, n_ranks, path,
+            rank) -> None:
+    """Fill node ``i``'s entries of the rank's arrays from its attributes (checked)."""
+    if t in (COMP, METADATA, MEM_LOAD, MEM_STORE):
+        exact = attrs.get("duration_seconds")
+        value = float(exact) if exact is not None else node.duration_micros * 1e-6
+        if not (np.isfinite(value) and value >= 0):
+            raise TraceError(f"{path}: rank {rank}, node {node.id}: duration must be >= 0 and finite seconds, "
+                             f"got {value!r}")
+        duration[i] = value
+    elif t == COLL:
+        if "comm_type" not in attrs:
+            raise TraceError(f"{path}: rank {rank}, node {node.id}: a COMM_COLL_NODE without comm_type")
+        ct = int(attrs["comm_type"])
+        if not 0 <= ct < len(COMM_TYPES):
+            raise TraceError(f"{path}: rank {rank}, node {node.id}: unknown comm_type {ct}")
+        comm[i] = KIND_OF[COMM_TYPES[ct]]
+        if comm[i] is None:
+            raise TraceError(f"{path}: rank {rank}, node {node.id}: collective {COMM_TYPES[ct]} is not modelled "
+                             f"(modelled: {', '.join(k for k, v in KIND_OF.items() if v)})")
+        size[i] = _size(attrs, path, rank, node.id, required=comm[i] != "barrier")
+        key = (attrs.get("pg_name"), attrs.get("comm_group"))
+        key = (key[0], tuple(key[1]) if key[1] is not None else None)
+        if key not in seen:  # each distinct group is checked once per rank
+            seen[key] = _group(attrs, named, groups, n_ranks, path, rank, node.id)
+        group[i] = seen[key]
+    if t in (COLL, SEND, RECV) and attrs.get("flowmodel_phase"):
+        label[i] = str(attrs["flowmodel_phase"])
+    if t in (SEND, RECV):
+        size[i] = _size(attrs, path, rank, node.id, required=True)
+        other = attrs.get("comm_dst" if t == SEND else "comm_src")
+        if other is not None:
+            other = int(other)
+            if not 0 <= other < n_ranks or other == rank:
+                raise TraceError(f"{path}: rank {rank}, node {node.id}: peer rank {other} is not another rank "
+                                 f"of the trace (0..{n_ranks - 1})")
+            peer[i] = other
+        value = int(attrs.get("comm_tag", 0))
+        if not -2**63 <= value < 2**63:
+            raise TraceError(f"{path}: rank {rank}, node {node.id}: comm_tag {value} does not fit in 64 bits")
+        tag[i] = value
 
 
 def _size(attrs, path, rank, node_id, *, required: bool) -> float:
@@ -378,9 +423,12 @@ def _group(attrs, named, groups, n_ranks, path, rank, node_id) -> int:
     if rank not in members or len(set(members)) != len(members) or min(members) < 0 or max(members) >= n_ranks:
         raise TraceError(f"{path}: rank {rank}, node {node_id}: comm group {list(members)} must list distinct ranks "
                          f"of the trace, this one among them")
-    if len(members) == n_ranks and members == tuple(range(n_ranks)):
+    if members == tuple(range(n_ranks)):
         return -1
-    return groups.setdefault(members, len(groups))
+    key = tuple(sorted(members))  # the same group listed in another order is the same group (first order kept)
+    if key not in groups:
+        groups[key] = (len(groups), members)
+    return groups[key][0]
 
 
 @dataclasses.dataclass
@@ -430,7 +478,8 @@ class TraceWriter:
 
 def write_comm_groups(prefix: str, groups: dict[str, list[int]]) -> str:
     """``<prefix>.comm_group.json``: group name -> member ranks (ASTRA-sim's comm-group file)."""
+    from ..results import write_text
+
     path = f"{prefix}.comm_group.json"
-    with open(path, "w") as fh:
-        json.dump({k: [int(r) for r in v] for k, v in groups.items()}, fh)
+    write_text(path, json.dumps({k: [int(r) for r in v] for k, v in groups.items()}))
     return path
