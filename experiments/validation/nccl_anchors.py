@@ -21,12 +21,18 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
+import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from flowmodel import fabric as fb  # noqa: E402
 from flowmodel import routing as rt  # noqa: E402
 from flowmodel import steptime as st  # noqa: E402
 from flowmodel import traffic as tr  # noqa: E402
+
+try:  # run as a script or imported from the tests
+    from . import nccl_tests_data as data  # noqa: E402
+except ImportError:
+    import nccl_tests_data as data  # noqa: E402
 
 GB = 1e9
 SIZE = 8 * 2**30
@@ -63,8 +69,77 @@ ANCHORS = [
 ]
 
 
+def _ring_terms(network, info, ranks, size):
+    """flowmodel's ring all-reduce at ``size`` split into its two terms: the fluid time at line rate
+    (seconds) and the step count with the route latency of one step (the alpha of alpha-beta)."""
+    router = rt.Router(info)
+    (phase,) = tr.all_reduce(np.asarray(ranks)[None, :], size).phases
+    rp = st.route_phase(phase, router)
+    lat0 = float(st.phase_time(rp, network.capacity, jnp.zeros_like(network.latency)))
+    full = float(st.phase_time(rp, network.capacity, network.latency))
+    return lat0, rp.steps, (full - lat0) / rp.steps
+
+
+def ring_all_reduce_time(network, info, ranks, size, *, efficiency=1.0, step_latency=0.0):
+    """Seconds of a ring all-reduce through the step-time model: capacity x ``efficiency`` (NCCL's
+    protocol overhead) and ``Options(step_latency=...)`` (its per-step software latency)."""
+    if not (0 < efficiency <= 1):
+        raise ValueError(f"efficiency: must be in (0, 1], got {efficiency!r}")
+    (phase,) = tr.all_reduce(np.asarray(ranks)[None, :], size).phases
+    rp = st.route_phase(phase, rt.Router(info))
+    opts = st.Options(step_latency=step_latency)
+    return float(st.phase_time(rp, network.capacity * efficiency, network.latency, opts))
+
+
+def calibrate(rows=data.NVLINK4_8GPU_ALL_REDUCE, fit_rows=data.FIT_ROWS):
+    """Fit NVLink4's efficiency and the per-step latency on ``fit_rows`` only.
+
+    flowmodel's time is ``a(S) / efficiency + steps x (hop + step_latency)``, linear in
+    (1 / efficiency, step_latency), so the least-squares fit of the relative time error is exact.
+    Returns (efficiency, step_latency, per-row table).
+    """
+    network, info, ranks = nvswitch_node()
+    terms = [_ring_terms(network, info, ranks, r[0]) for r in rows]
+    fit = list(fit_rows)
+    if not fit or min(fit) < 0 or max(fit) >= len(rows):
+        raise ValueError(f"fit_rows: must index rows 0..{len(rows) - 1}, got {fit_rows!r}")
+    t = np.array([r[1] * 1e-6 for r in rows])
+    a = np.array([x[0] for x in terms])
+    k = np.array([x[1] for x in terms], float)
+    hop = np.array([x[2] for x in terms])
+    A = np.stack([a / t, k / t], axis=1)[fit]
+    b = (1 - k * hop / t)[fit]
+    (inv_eff, lam), *_ = np.linalg.lstsq(A, b, rcond=None)
+    eff, lam = 1 / inv_eff, max(float(lam), 0.0)
+    table = []
+    for i, (size, us, _algbw, busbw) in enumerate(rows):
+        before = ring_all_reduce_time(network, info, ranks, size)
+        after = ring_all_reduce_time(network, info, ranks, size, efficiency=eff, step_latency=lam)
+        factor = 2 * (len(ranks) - 1) / len(ranks)
+        table.append(dict(size=size, fit=i in fit, measured=busbw, time_us=us,
+                          before=size / before * factor / GB, after=size / after * factor / GB,
+                          error=(size / after * factor / GB) / busbw - 1))
+    return eff, lam, table
+
+
+def _size(b):
+    return f"{b / 2**20:g} MiB" if b >= 2**20 else f"{b / 2**10:g} KiB"
+
+
 def main():
+    eff, lam, table = calibrate()
+    print("8-GPU NVLink4 node, ring all-reduce per message size (kvcache-ai/Mooncake#3484, docs/sources.md)")
+    print(f"fitted on the 'fit' rows: NVLink4 efficiency {eff:.3f}, step_latency {lam * 1e6:.3f} us\n")
+    print("| size | rows | measured busbw | flowmodel line rate | flowmodel calibrated | error |")
+    print("|---|---|---|---|---|---|")
+    for r in table:
+        print(f"| {_size(r['size'])} | {'fit' if r['fit'] else 'held'} | {r['measured']:.2f} GB/s "
+              f"| {r['before']:.2f} GB/s | {r['after']:.2f} GB/s | {r['error']:+.1%} |")
+    held = [abs(r["error"]) for r in table if not r["fit"]]
+    print(f"\nheld-out |error|: max {max(held):.1%}, median {np.median(held):.1%}\n")
+
     systems = {"8x H100 NVSwitch, ring": nvswitch_node(), "2 nodes, NDR 400G per NIC, ring": two_nodes_ndr()}
+    print("Peak figures quoted by NCCL's maintainers (large messages):")
     print("| system | collective | flowmodel busbw | measured busbw | error | efficiency busbw / line |")
     print("|---|---|---|---|---|---|")
     for system, kind, line, (lo, hi), source in ANCHORS:
