@@ -98,11 +98,11 @@ def calibrate(rows=data.NVLINK4_8GPU_ALL_REDUCE, fit_rows=data.FIT_ROWS):
     (1 / efficiency, step_latency), so the least-squares fit of the relative time error is exact.
     Returns (efficiency, step_latency, per-row table).
     """
-    network, info, ranks = nvswitch_node()
-    terms = [_ring_terms(network, info, ranks, r[0]) for r in rows]
     fit = list(fit_rows)
     if not fit or min(fit) < 0 or max(fit) >= len(rows):
         raise ValueError(f"fit_rows: must index rows 0..{len(rows) - 1}, got {fit_rows!r}")
+    network, info, ranks = nvswitch_node()
+    terms = [_ring_terms(network, info, ranks, r[0]) for r in rows]
     t = np.array([r[1] * 1e-6 for r in rows])
     a = np.array([x[0] for x in terms])
     k = np.array([x[1] for x in terms], float)
