@@ -1,18 +1,21 @@
-"""Real-hardware anchors: flowmodel's ring collectives against the bus bandwidths NCCL's maintainers
-quote for nccl-tests on H100 systems (docs/sources.md, "nccl-tests on H100").
+"""Real-hardware anchors: flowmodel's ring collectives against public nccl-tests results
+(docs/sources.md, "nccl-tests on H100").
 
     PYTHONPATH=. python experiments/validation/nccl_anchors.py
 
-The public figures are peak bus bandwidths (large messages), not per-size tables: an 8-GPU NVSwitch
-H100 node (NVLink4 line rate 450 GB/s per GPU per direction) reaches ~370 GB/s busbw with rings
-(``NCCL_ALGO=RING``, or any non-all-reduce collective), the line rate less NCCL's ~20% protocol
-overhead; NVLink SHARP all-reduce reports ~476-480 GB/s, an in-switch reduction flowmodel does not
-model (so it is listed, not compared). Multi-node NDR 400 Gbps: 46-48 GB/s busbw per NIC.
-
-flowmodel's collective time at 8 GiB (the latency term is negligible there) gives its busbw; the error
-is against the midpoint of each figure. The fitted quantity is the one physical parameter the anchors
-determine, NCCL's protocol efficiency (busbw / line rate), printed per domain; a per-step latency
-needs per-size measurements, which none of these sources give.
+1. Per message size: an ``all_reduce_perf`` table on one 8-GPU NVLink4 node (``nccl_tests_data.py``).
+   flowmodel's ring all-reduce is ``a(S) / efficiency + steps x (hop + step_latency)``: the fluid time at
+   line rate, the route latency of each of the 2(n-1) steps, and the two calibrated quantities, NCCL's
+   bandwidth efficiency on NVLink4 (applied as capacity x efficiency) and its per-step software latency
+   (``steptime.Options(step_latency=...)``). Both are fitted on ``FIT_ROWS`` (every other size) by least
+   squares on the relative time error; the table prints busbw before and after, and the error, for every
+   size, fit and held-out rows marked. An alpha-beta line cannot follow NCCL's protocol switch
+   (LL / LL128 -> Simple, 1-16 MiB here), so the error peaks there.
+2. Peaks quoted by NCCL's maintainers (8 GiB in flowmodel, the latency term negligible): 8x H100 ring
+   360-370 GB/s busbw (line rate 450 GB/s less ~20% protocol overhead); NDR 400 Gbps 46-48 GB/s per NIC.
+   NVLink SHARP all-reduce (~476-480 GB/s) is an in-switch reduction flowmodel does not model, so it is
+   listed, not compared. No per-size multi-node ring table with a stated system was found, so the NIC
+   efficiency is printed, not fitted.
 """
 
 from __future__ import annotations
