@@ -314,6 +314,7 @@ def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecm
     n_dag = 0
     inst_members: list[np.ndarray] = []  # per comm instance: its trace nodes
     inst_key: list[tuple] = []  # (label, kind, size, members tuple)
+    inst_seq: list[int] = []  # the instance's call number on its group (or send/recv pair)
 
     # collectives: the k-th collective of a rank on a group is that group's k-th
     c = np.flatnonzero(types == COLL)
@@ -346,6 +347,7 @@ def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecm
         members = group_members[gid[o[bounds[i]]]]
         inst_members.append(nodes)
         inst_key.append((label[ref], comm[ref], float(size[ref]), tuple(members.tolist())))
+        inst_seq.append(int(k[o[bounds[i]]]))
 
     # send / recv pairs: (src, dst, tag) and order
     sends: dict[tuple, list[int]] = {}
@@ -365,11 +367,12 @@ def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecm
             side = "recv" if len(s) > len(v) else "send"
             raise TraceError(f"{where(lonely)}: no matching {side} for (src {key[0]}, dst {key[1]}, tag {key[2]}): "
                              f"{len(s)} sends, {len(v)} recvs; it would hang")
-        for a, b in zip(s, v):
+        for j, (a, b) in enumerate(zip(s, v)):
             if size[a] != size[b]:
                 raise TraceError(f"{where(b)}: receives {size[b]:.0f} bytes, but {where(a)} sends {size[a]:.0f}")
             inst_members.append(np.array([a, b]))
             inst_key.append((label[a] or label[b], "send_recv", float(size[a]), (key[0], key[1])))
+            inst_seq.append(j)
 
     # DAG nodes: one per comm instance, one per other trace node
     kind_of_dag = []
@@ -438,7 +441,7 @@ def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecm
     num_static = len(classes)
     num_dynamic = 0
     for (lab, kind, n), members in dynamic_groups.items():
-        members = sorted(members, key=lambda i: (_seq(inst_members[i], pos), i))  # calls in order, then groups
+        members = sorted(members, key=lambda i: (inst_seq[i], i))  # calls in order, then groups
         srcs, dsts, sizes, flow_inst, steps = [], [], [], [], 0
         for j, i in enumerate(members):
             _, _, nbytes, who = inst_key[i]
@@ -469,10 +472,6 @@ def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecm
 
 def _chunked(ph: coll.Phase, chunks: int) -> coll.Phase:
     return ph if chunks == 1 else dataclasses.replace(ph, steps=ph.steps * chunks)
-
-
-def _seq(nodes, pos) -> int:
-    return int(pos[nodes].min())
 
 
 def _build(kind: str, algs: dict, groups: np.ndarray, nbytes: float):
