@@ -13,6 +13,10 @@ crossed no bottleneck of an earlier pass, so every earlier decision stands. The 
 pass comes from a snapshot the earlier solve recorded (less the flows completed since), so an event
 costs O(L) plus its passes, not O(F x H). After activations the rates are re-solved in full.
 
+Engines. On a CPU backend (``engine="host"``, the default there) the event loop is the compiled one of
+``_host``: the same events, with the re-fill restarting at the first step of the sequential solve that
+froze a completed flow. The XLA loop above is the accelerator path. Both record the same ``Events``.
+
 Differentiation. A custom VJP runs the adjoint of the event recursion backwards: completion event
 times solve ``sum_k x_d^k (t_{k+1} - t_k) = size_d`` for the flow d that defines them, activation
 event times are ``start_g + latency along g``; rates in each interval go through the max-min adjoint.
@@ -32,6 +36,7 @@ import numpy as np
 from .. import _checks
 from .._types import Array, Float, Int
 from ._adjoint import adjoint
+from ._host import HOST_WINDOW, engine_for, host_simulate, host_solve
 from ._incidence import Incidence, link_sums, members_for, pad_routes, prepare
 from ._transport import Transport, transport_inputs, transport_profile
 from ._waterfill import (
@@ -48,6 +53,7 @@ from ._waterfill import (
 )
 
 _TIE = 1e-12  # completions within this relative gap count as one event
+EVENT_BOUND = "completion_times: event bound 2F+1 exceeded (a flow never completed)"
 # Links examined per pass. Re-fills after a completion touch few levels, so fewer candidates per pass
 # cost less than the extra passes they cause (k=8 fat-tree, 10K distinct finishes: 8 is 1.6x faster
 # than 16 and 16 ~3x faster than 64; the 24K-GPU training step is within noise of 16).
@@ -77,8 +83,10 @@ class Events(NamedTuple):
     count: Array
 
 
-def _rates(routes, members, capacity, weights, rate_limit, present, has_caps):
+def _rates(routes, members, capacity, weights, rate_limit, present, has_caps, engine):
     """Max-min rates of the ``present`` flows, solved in full (the backward pass replays each interval)."""
+    if engine == "host":
+        return host_solve(routes, capacity, weights, rate_limit, present)
     if members is None:  # traced routes without an incidence: the dense solve
         return solve_dense(routes, capacity, weights, rate_limit, present)
     return solve_sparse(routes, members, capacity, weights, rate_limit, candidates=_CANDIDATES,
@@ -143,13 +151,17 @@ def _after_event(t, rf: _Refill, completing, arriving):
     return rf._replace(restart=restart, removed=removed)
 
 
-def _simulate(routes, members, sizes, capacity, weights, rate_limit, start_times, latency, has_caps):
+def _simulate(routes, members, sizes, capacity, weights, rate_limit, start_times, latency, has_caps, engine):
     F, _ = routes.shape
     L = capacity.shape[0]
     dtype = capacity.dtype
     max_events = 2 * F + 1  # every event activates or completes at least one flow
     lat = jnp.concatenate([latency, jnp.zeros((1,), dtype)])
     arrival = start_times + jnp.sum(lat[pad_routes(routes, L)], axis=1)
+    if engine == "host":
+        finish, *ev, undone = host_simulate(routes, sizes, capacity, weights, rate_limit, arrival, _TIE)
+        finish = eqx.error_if(finish, undone > 0, EVENT_BOUND)
+        return finish, Events(*ev)
     sparse = members is not None
     if sparse:
         t = sparse_tables(routes, members, capacity, weights, rate_limit, candidates=_CANDIDATES, has_caps=has_caps)
@@ -212,22 +224,23 @@ def _simulate(routes, members, sizes, capacity, weights, rate_limit, start_times
     init = (jnp.int32(0), t0, sizes, arrived0, jnp.zeros(F, bool), jnp.full(F, jnp.inf, dtype), rf0, ev0)
     state = jax.lax.while_loop(lambda s: ~jnp.all(s[4]) & (s[0] < max_events), body, init)
     finish, ev = state[5], state[7]
-    finish = eqx.error_if(finish, ~jnp.all(state[4]),
-                          "completion_times: event bound 2F+1 exceeded (a flow never completed)")
+    finish = eqx.error_if(finish, ~jnp.all(state[4]), EVENT_BOUND)
     return finish, ev
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(8,))
-def _finish(routes, members, sizes, capacity, weights, rate_limit, start_times, latency, has_caps):
-    return _simulate(routes, members, sizes, capacity, weights, rate_limit, start_times, latency, has_caps)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(8, 9))
+def _finish(routes, members, sizes, capacity, weights, rate_limit, start_times, latency, has_caps, engine):
+    return _simulate(routes, members, sizes, capacity, weights, rate_limit, start_times, latency, has_caps,
+                     engine)[0]
 
 
-def _finish_fwd(routes, members, sizes, capacity, weights, rate_limit, start_times, latency, has_caps):
-    finish, ev = _simulate(routes, members, sizes, capacity, weights, rate_limit, start_times, latency, has_caps)
+def _finish_fwd(routes, members, sizes, capacity, weights, rate_limit, start_times, latency, has_caps, engine):
+    finish, ev = _simulate(routes, members, sizes, capacity, weights, rate_limit, start_times, latency, has_caps,
+                           engine)
     return finish, (routes, members, capacity, weights, rate_limit, ev)
 
 
-def _finish_bwd(has_caps, res, finish_bar):
+def _finish_bwd(has_caps, engine, res, finish_bar):
     routes, members, capacity, weights, rate_limit, ev = res
     F, _ = routes.shape
     L = capacity.shape[0]
@@ -235,12 +248,12 @@ def _finish_bwd(has_caps, res, finish_bar):
     E = ev.time.shape[0]
     # d finish_f / d (time of the event at which f completes) = 1
     t_bar0 = jnp.zeros(E, dtype).at[jnp.where(ev.last >= 0, ev.last, E - 1)].add(finish_bar)
-    window = pass_window(F, L, members, _CANDIDATES)
+    window = min(F, HOST_WINDOW) if engine == "host" else pass_window(F, L, members, _CANDIDATES)
 
     def body(state):
         k, t_bar, mu, size_bar, cap_bar, w_bar, lim_bar = state
         active = (ev.first <= k) & (ev.first >= 0) & (k < ev.last)
-        rates, st = _rates(routes, members, capacity, weights, rate_limit, active, has_caps)
+        rates, st = _rates(routes, members, capacity, weights, rate_limit, active, has_caps, engine)
         dt = ev.time[k + 1] - ev.time[k]
         # flows that continue past event k+1 read t_{k+1} through x_d^k (t_{k+1} - t_k)
         t_bar = t_bar.at[k + 1].add(jnp.sum(jnp.where(active & (ev.last > k + 1), mu * rates, 0)))
@@ -267,19 +280,20 @@ def _finish_bwd(has_caps, res, finish_bar):
 _finish.defvjp(_finish_fwd, _finish_bwd)
 
 
-@functools.partial(jax.jit, static_argnames=("has_caps",))
-def _finish_jit(routes, members, sizes, capacity, weights, rate_limit, start_times, latency, has_caps):
-    return _finish(routes, members, sizes, capacity, weights, rate_limit, start_times, latency, has_caps)
+@functools.partial(jax.jit, static_argnames=("has_caps", "engine"))
+def _finish_jit(routes, members, sizes, capacity, weights, rate_limit, start_times, latency, has_caps, engine):
+    return _finish(routes, members, sizes, capacity, weights, rate_limit, start_times, latency, has_caps, engine)
 
 
-@functools.partial(jax.jit, static_argnames=("has_caps",))
-def _simulate_jit(routes, members, sizes, capacity, weights, rate_limit, start_times, latency, has_caps):
-    return _simulate(routes, members, sizes, capacity, weights, rate_limit, start_times, latency, has_caps)
+@functools.partial(jax.jit, static_argnames=("has_caps", "engine"))
+def _simulate_jit(routes, members, sizes, capacity, weights, rate_limit, start_times, latency, has_caps, engine):
+    return _simulate(routes, members, sizes, capacity, weights, rate_limit, start_times, latency, has_caps, engine)
 
 
 def _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, latency, incidence, check,
-                   transport=None):
+                   transport=None, engine=None):
     transport = transport_profile(transport)
+    engine = engine_for(engine)
     has_caps = rate_limit is not None or (transport is not None and transport.window is not None)
     routes, capacity, weights, rate_limit = prepare(routes, capacity, weights, rate_limit, check)
     F, L = routes.shape[0], capacity.shape[0]
@@ -298,8 +312,11 @@ def _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, la
         capacity, weights, rate_limit, delay = transport_inputs(transport, routes, sizes, capacity, latency, weights,
                                                                 rate_limit)
         start_times = start_times + delay
-    members = members_for(routes, L, incidence, check)
-    return routes, members, sizes, capacity, weights, rate_limit, start_times, latency, has_caps
+    members = None
+    if engine == "xla" or incidence is not None:  # the host engine reads the routes (see maxmin_rates)
+        members = members_for(routes, L, incidence, check)
+    members = members if engine == "xla" else None
+    return routes, members, sizes, capacity, weights, rate_limit, start_times, latency, has_caps, engine
 
 
 def completion_times(
@@ -314,6 +331,7 @@ def completion_times(
     incidence: Incidence | None = None,
     check: bool = True,
     transport: str | Transport | None = None,
+    engine: str | None = None,
 ) -> Float[Array, "F"]:
     """Absolute time at which each flow's last byte is sent, under fluid max-min sharing.
 
@@ -330,6 +348,9 @@ def completion_times(
       transport: None (pure fluid), a profile name (``"tcp"``/``"newreno"``, ``"cubic"``, ``"dctcp"``:
         fitted against ns-3) or a ``Transport``: header goodput on capacity, a start delay (handshake,
         slow start, queueing), RTT-dependent weights and a window cap (``kernels/_transport.py``).
+      engine: ``"host"`` (the compiled CPU event loop, through a callback; batched under ``vmap``),
+        ``"xla"`` (the JAX event loop, for accelerators) or None / ``"auto"`` (host on a CPU backend,
+        else xla), as in ``maxmin_rates``. Both give the same events, finish times and gradients.
 
     Returns:
       float[F] finish times in seconds.
@@ -349,16 +370,16 @@ def completion_times(
     [2.5, 4.5]
     """
     args = _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, latency, incidence, check,
-                          transport)
+                          transport, engine)
     return _finish_jit(*args)
 
 
 def completion_events(routes, sizes, capacity, *, weights=None, rate_limit=None, start_times=None,
                       latency=None, incidence: Incidence | None = None, check: bool = True,
-                      transport: str | Transport | None = None) -> tuple[Array, Events]:
+                      transport: str | Transport | None = None, engine: str | None = None) -> tuple[Array, Events]:
     """``completion_times`` plus the :class:`Events` it simulated (how many, when, and why)."""
     args = _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, latency, incidence, check,
-                          transport)
+                          transport, engine)
     return _simulate_jit(*args)
 
 

@@ -1,8 +1,10 @@
 """Exact weighted max-min fair rates (progressive filling), jittable, vmappable and differentiable.
 
-The forward solve is the water-filling of ``_waterfill`` (sparse passes through the routes'
-:class:`~flowmodel.Incidence`, or the dense solve for traced routes without one); the gradient is a
-custom VJP, the adjoint of the replay of its passes (``_adjoint``).
+Two engines give the same rates. ``host`` (the default on a CPU backend) runs the compiled sequential
+solve of ``_host`` through a callback, batched over a ``vmap``; ``xla`` (the default on accelerators)
+is the water-filling of ``_waterfill`` (sparse passes through the routes' :class:`~flowmodel.Incidence`,
+or the dense solve for traced routes without one). The gradient is a custom VJP, the adjoint of the
+replay of the solve's passes (``_adjoint``), in JAX for both.
 """
 
 from __future__ import annotations
@@ -13,31 +15,37 @@ import jax
 
 from .._types import Array, Float, Int
 from ._adjoint import adjoint
+from ._host import HOST_WINDOW, engine_for, host_solve
 from ._incidence import Incidence, members_for, prepare
 from ._waterfill import MaxMinStructure, pass_window, solve_dense, solve_sparse
 
 _CANDIDATES = 64  # links examined per pass by the sparse solve; any value >= 1 gives the same rates
 
 
-def _forward(routes, members, capacity, weights, rate_limit, candidates, has_caps):
+def _forward(routes, members, capacity, weights, rate_limit, candidates, has_caps, engine):
+    if engine == "host":
+        return host_solve(routes, capacity, weights, rate_limit)
     if members is None:
         return solve_dense(routes, capacity, weights, rate_limit)
     return solve_sparse(routes, members, capacity, weights, rate_limit, candidates=candidates, has_caps=has_caps)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
-def _maxmin(routes, members, capacity, weights, rate_limit, candidates, has_caps):
-    return _forward(routes, members, capacity, weights, rate_limit, candidates, has_caps)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
+def _maxmin(routes, members, capacity, weights, rate_limit, candidates, has_caps, engine="xla"):
+    return _forward(routes, members, capacity, weights, rate_limit, candidates, has_caps, engine)[0]
 
 
-def _maxmin_fwd(routes, members, capacity, weights, rate_limit, candidates, has_caps):
-    rates, st = _forward(routes, members, capacity, weights, rate_limit, candidates, has_caps)
+def _maxmin_fwd(routes, members, capacity, weights, rate_limit, candidates, has_caps, engine="xla"):
+    rates, st = _forward(routes, members, capacity, weights, rate_limit, candidates, has_caps, engine)
     return rates, (routes, members, weights, rates, st)
 
 
-def _maxmin_bwd(candidates, has_caps, res, g):
+def _maxmin_bwd(candidates, has_caps, engine, res, g):
     routes, members, weights, rates, st = res
-    window = pass_window(routes.shape[0], st.share.shape[0] - 1, members, candidates)
+    if engine == "host":
+        window = min(routes.shape[0], HOST_WINDOW)
+    else:
+        window = pass_window(routes.shape[0], st.share.shape[0] - 1, members, candidates)
     cbar, wbar, lbar = adjoint(routes, weights, rates, st, g, window)
     return None, None, cbar, wbar, lbar
 
@@ -45,14 +53,27 @@ def _maxmin_bwd(candidates, has_caps, res, g):
 _maxmin.defvjp(_maxmin_fwd, _maxmin_bwd)
 
 
-@functools.partial(jax.jit, static_argnames=("candidates", "has_caps"))
-def _rates_jit(routes, members, capacity, weights, rate_limit, candidates, has_caps):
-    return _maxmin(routes, members, capacity, weights, rate_limit, candidates, has_caps)
+@functools.partial(jax.jit, static_argnames=("candidates", "has_caps", "engine"))
+def _rates_jit(routes, members, capacity, weights, rate_limit, candidates, has_caps, engine="xla"):
+    return _maxmin(routes, members, capacity, weights, rate_limit, candidates, has_caps, engine)
 
 
-@functools.partial(jax.jit, static_argnames=("candidates", "has_caps"))
-def _structure_jit(routes, members, capacity, weights, rate_limit, candidates, has_caps):
-    return _forward(routes, members, capacity, weights, rate_limit, candidates, has_caps)
+@functools.partial(jax.jit, static_argnames=("candidates", "has_caps", "engine"))
+def _structure_jit(routes, members, capacity, weights, rate_limit, candidates, has_caps, engine="xla"):
+    return _forward(routes, members, capacity, weights, rate_limit, candidates, has_caps, engine)
+
+
+def solve_inputs(routes, capacity, weights, rate_limit, incidence, check, engine):
+    """The checked inputs of a solve and its engine: (routes, members, capacity, weights, rate_limit, engine).
+
+    The host engine reads the routes themselves (even traced ones arrive concrete in its callback), so
+    it needs no membership table; a given ``incidence`` is still checked against the routes."""
+    engine = engine_for(engine)
+    routes, capacity, weights, rate_limit = prepare(routes, capacity, weights, rate_limit, check)
+    members = None
+    if engine == "xla" or incidence is not None:
+        members = members_for(routes, capacity.shape[0], incidence, check)
+    return routes, members if engine == "xla" else None, capacity, weights, rate_limit, engine
 
 
 def maxmin_rates(
@@ -63,6 +84,7 @@ def maxmin_rates(
     rate_limit: Float[Array, "F"] | None = None,
     incidence: Incidence | None = None,
     check: bool = True,
+    engine: str | None = None,
 ) -> Float[Array, "F"]:
     """Exact weighted max-min fair rates with per-flow caps.
 
@@ -81,6 +103,10 @@ def maxmin_rates(
       check: validate concrete inputs and raise ``ValueError`` naming the argument and the bad
         index/value (with ``incidence``, also that its per-link flow counts match the routes). Shapes
         are always checked; values only outside a trace.
+      engine: ``"host"`` (compiled CPU solve through a callback: under ``jit`` and ``vmap`` too, where
+        one callback solves the whole batch on the host's cores; it needs no ``incidence``), ``"xla"``
+        (the JAX water-filling, for accelerators) or None / ``"auto"``: host when JAX's default backend
+        is the CPU, else xla. Both give the same rates and gradients.
 
     Returns:
       float[F] rates in bytes/s, in capacity's dtype. A flow with an empty route gets its rate_limit.
@@ -109,19 +135,19 @@ def maxmin_rates(
     [2.0, 8.0, 2.0]
     """
     has_caps = rate_limit is not None
-    routes, capacity, weights, rate_limit = prepare(routes, capacity, weights, rate_limit, check)
-    members = members_for(routes, capacity.shape[0], incidence, check)
-    return _rates_jit(routes, members, capacity, weights, rate_limit, _CANDIDATES, has_caps)
+    *args, engine = solve_inputs(routes, capacity, weights, rate_limit, incidence, check, engine)
+    return _rates_jit(*args, _CANDIDATES, has_caps, engine)
 
 
 def maxmin_structure(routes, capacity, *, weights=None, rate_limit=None, incidence: Incidence | None = None,
-                     check: bool = True) -> tuple[Array, MaxMinStructure]:
+                     check: bool = True, engine: str | None = None) -> tuple[Array, MaxMinStructure]:
     """Rates and the :class:`MaxMinStructure` the solve found (bottlenecks, passes, shares).
 
-    Arguments as in :func:`maxmin_rates`; the structure (e.g. ``num_passes``) is that of the sparse
-    solve when it runs (an ``incidence`` given, or an eager call), else that of the dense solve.
+    Arguments as in :func:`maxmin_rates`. The structure is that of the engine that ran: the host
+    engine's passes are the depths of the bottleneck chain (a link's pass is one more than the largest
+    pass of a flow on it that froze before it); the xla engine's are those of the sparse solve when it
+    runs (an ``incidence`` given, or an eager call), else those of the dense solve.
     """
     has_caps = rate_limit is not None
-    routes, capacity, weights, rate_limit = prepare(routes, capacity, weights, rate_limit, check)
-    members = members_for(routes, capacity.shape[0], incidence, check)
-    return _structure_jit(routes, members, capacity, weights, rate_limit, _CANDIDATES, has_caps)
+    *args, engine = solve_inputs(routes, capacity, weights, rate_limit, incidence, check, engine)
+    return _structure_jit(*args, _CANDIDATES, has_caps, engine)

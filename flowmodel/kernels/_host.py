@@ -1,0 +1,524 @@
+"""The compiled CPU engine: max-min water-filling and the fluid event loop as Numba kernels on the host.
+
+On a CPU the XLA solve pays for its parallel design (``_waterfill``: every pass is a few dozen dependent
+XLA ops over padded tables). Here the solve is the classical sequential progressive filling: an
+indexed min-heap of link fair shares, and a window over the flows sorted by cap level; each step freezes
+the flows of the link with the smallest share (or the flow with the smallest cap) and updates the shares
+of the links they cross. Every flow freezes once, so a solve is O(F x H log L).
+
+The result carries the :class:`MaxMinStructure` the adjoint replays. A link's *pass* is its depth in
+the bottleneck chain (1 + the largest pass of a flow on it that froze before it; 0 if none did), and a
+flow's pass is that of its bottleneck (0 if capped): every link then reads only flows of earlier passes,
+which is all the replay needs, and the number of passes is the chain length, as in the XLA solve.
+
+The event loop keeps the order in which the last solve froze flows: when flows complete, every step
+before the first one that froze a completed flow stands (those links never carried it), so the
+re-fill restarts there from per-link sums rebuilt in one O(F x H) sweep. Activations re-solve in full.
+
+Called from JAX through ``jax.pure_callback`` (``vmap_method="expand_dims"``): under ``jax.vmap`` one
+callback receives the whole batch, and the scenarios run in parallel over the host's cores.
+"""
+
+from __future__ import annotations
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numba as nb
+import numpy as np
+
+from ._waterfill import NO_PROGRESS, MaxMinStructure
+
+_INF = np.inf
+
+
+
+def _njit(*args, **kw):
+    return nb.njit(*args, cache=True, nogil=True, **kw)
+
+
+# ---- link -> flows (CSR) and the indexed min-heap of link shares --------------------------------
+
+@_njit
+def _csr(r, L):
+    F, H = r.shape
+    ptr = np.zeros(L + 1, np.int64)
+    for f in range(F):
+        for h in range(H):
+            if r[f, h] >= 0:
+                ptr[r[f, h] + 1] += 1
+    for i in range(L):
+        ptr[i + 1] += ptr[i]
+    idx = np.empty(ptr[L], np.int32)
+    fill = ptr[:L].copy()
+    for f in range(F):
+        for h in range(H):
+            link = r[f, h]
+            if link >= 0:
+                idx[fill[link]] = f
+                fill[link] += 1
+    return ptr, idx
+
+
+@_njit
+def _less(key, a, b):
+    return key[a] < key[b] or (key[a] == key[b] and a < b)  # ties: the lower link index first
+
+
+@_njit
+def _sift_down(heap, pos, key, i, n):
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            return
+        if c + 1 < n and _less(key, heap[c + 1], heap[c]):
+            c += 1
+        if not _less(key, heap[c], heap[i]):
+            return
+        a, b = heap[i], heap[c]
+        heap[i], heap[c] = b, a
+        pos[b], pos[a] = i, c
+        i = c
+
+
+@_njit
+def _heapify(heap, pos, key, n):
+    for i in range(n):
+        pos[heap[i]] = i
+    for i in range(n // 2 - 1, -1, -1):
+        _sift_down(heap, pos, key, i, n)
+
+
+@_njit
+def _share(cap, frz, W, cnt, link):
+    if cnt[link] <= 0 or W[link] <= 0:
+        return _INF
+    return max(cap[link] - frz[link], 0.0) / W[link]
+
+
+# ---- one water-filling ----------------------------------------------------------------------------
+
+@_njit
+def _fill(r, ptr, idx, cap, w, lim, order, n_cap, free, rates, pass_f, bneck, pass_l, share, wat, step_f, step_l,
+          step0):
+    """Freeze every ``free`` flow; flows not free keep their rates and count as frozen on their links.
+
+    ``order[:n_cap]`` are the flows with a finite cap by increasing cap level (``_cap_order``). Writes rates / pass_f / bneck / step_f of the flows it freezes and pass_l / share / wat / step_l of
+    the links it pops, numbering steps from ``step0``. Returns (flows left unfrozen, last step + 1).
+    """
+    F, H = r.shape
+    L = cap.shape[0]
+    W = np.zeros(L)
+    cnt = np.zeros(L, np.int64)
+    frz = np.zeros(L)
+    n_free = 0
+    for f in range(F):
+        if pass_f[f] == -2:  # not present
+            continue
+        for h in range(H):
+            link = r[f, h]
+            if link < 0:
+                continue
+            if free[f]:
+                W[link] += w[f]
+                cnt[link] += 1
+            else:
+                frz[link] += rates[f]
+        if free[f]:
+            n_free += 1
+    key = np.full(L, _INF)
+    heap = np.empty(L, np.int64)
+    pos = np.full(L, -1, np.int64)
+    n = 0
+    for link in range(L):
+        if cnt[link] > 0:
+            key[link] = _share(cap, frz, W, cnt, link)
+            heap[n] = link
+            n += 1
+    _heapify(heap, pos, key, n)
+    dirty = np.empty(L, np.int64)
+    mark = np.zeros(L, np.bool_)
+    ci = 0
+    step = step0
+    while n_free > 0:
+        while ci < n_cap and not free[order[ci]]:
+            ci += 1
+        s = key[heap[0]] if n > 0 else _INF
+        nd = 0
+        if ci < n_cap and lim[order[ci]] / w[order[ci]] < s:  # a flow's cap comes first
+            f = order[ci]
+            ci += 1
+            rates[f] = lim[f]
+            pass_f[f] = 0
+            bneck[f] = L
+            step_f[f] = step
+            free[f] = False
+            n_free -= 1
+            for h in range(H):
+                link = r[f, h]
+                if link < 0:
+                    continue
+                W[link] -= w[f]
+                cnt[link] -= 1
+                frz[link] += lim[f]
+                if not mark[link]:
+                    mark[link] = True
+                    dirty[nd] = link
+                    nd += 1
+        elif s < _INF:
+            b = heap[0]
+            depth = 0
+            for j in range(ptr[b], ptr[b + 1]):
+                f = idx[j]
+                if pass_f[f] >= 0 and not free[f]:
+                    depth = max(depth, pass_f[f] + 1)
+            pass_l[b] = depth
+            share[b] = s
+            wat[b] = W[b]
+            step_l[b] = step
+            for j in range(ptr[b], ptr[b + 1]):
+                f = idx[j]
+                if not free[f]:
+                    continue
+                x = w[f] * s
+                rates[f] = x
+                pass_f[f] = depth
+                bneck[f] = b
+                step_f[f] = step
+                free[f] = False
+                n_free -= 1
+                for h in range(H):
+                    link = r[f, h]
+                    if link < 0:
+                        continue
+                    W[link] -= w[f]
+                    cnt[link] -= 1
+                    frz[link] += x
+                    if not mark[link]:
+                        mark[link] = True
+                        dirty[nd] = link
+                        nd += 1
+        else:  # nothing bounds the remaining flows (invalid input with check=False)
+            return n_free, step
+        step += 1
+        for i in range(nd):  # shares only grow as flows freeze: sift each changed link down
+            link = dirty[i]
+            mark[link] = False
+            key[link] = _share(cap, frz, W, cnt, link)
+            _sift_down(heap, pos, key, pos[link], n)
+    return 0, step
+
+
+@_njit
+def _empty(r, f):
+    for h in range(r.shape[1]):
+        if r[f, h] >= 0:
+            return False
+    return True
+
+
+@_njit
+def _cap_order(w, lim):
+    level = lim / w
+    order = np.argsort(level, kind="mergesort")
+    n_cap = 0
+    while n_cap < level.shape[0] and level[order[n_cap]] < _INF:
+        n_cap += 1
+    return order, n_cap
+
+
+@_njit
+def _solve(r, ptr, idx, cap, w, lim, present):
+    """Rates and structure of the ``present`` flows (the others get rate 0, pass -1, bottleneck L)."""
+    F, H = r.shape
+    L = cap.shape[0]
+    rates = np.zeros(F)
+    pass_f = np.full(F, -1, np.int32)
+    bneck = np.full(F, L, np.int32)
+    pass_l = np.full(L + 1, -1, np.int32)
+    share = np.full(L + 1, _INF)
+    wat = np.zeros(L + 1)
+    step_f = np.full(F, -1, np.int64)
+    step_l = np.full(L, -1, np.int64)
+    free = np.zeros(F, np.bool_)
+    for f in range(F):
+        if not present[f]:
+            pass_f[f] = -2
+        elif _empty(r, f):  # an empty route: its cap, before any pass
+            rates[f] = lim[f]
+            pass_f[f] = 0
+        else:
+            free[f] = True
+    order, n_cap = _cap_order(w, lim)
+    left, _ = _fill(r, ptr, idx, cap, w, lim, order, n_cap, free, rates, pass_f, bneck, pass_l, share, wat, step_f,
+                    step_l, 0)
+    num_passes = 0
+    for f in range(F):
+        if pass_f[f] == -2:
+            pass_f[f] = -1
+        num_passes = max(num_passes, pass_f[f] + 1)
+    return rates, pass_f, bneck, pass_l, share, wat, num_passes, left
+
+
+@_njit(parallel=True)
+def _solve_many(r, ptr, idx, cap, w, lim, present):
+    B, L = cap.shape
+    F = r.shape[0]
+    rates = np.zeros((B, F))
+    pass_f = np.empty((B, F), np.int32)
+    bneck = np.empty((B, F), np.int32)
+    pass_l = np.empty((B, L + 1), np.int32)
+    share = np.empty((B, L + 1))
+    wat = np.empty((B, L + 1))
+    num_passes = np.empty(B, np.int32)
+    left = np.empty(B, np.int32)
+    for i in nb.prange(B):
+        out = _solve(r, ptr, idx, cap[i], w[i], lim[i], present[i])
+        rates[i, :] = out[0]
+        pass_f[i, :] = out[1]
+        bneck[i, :] = out[2]
+        pass_l[i, :] = out[3]
+        share[i, :] = out[4]
+        wat[i, :] = out[5]
+        num_passes[i] = out[6]
+        left[i] = out[7]
+    return rates, pass_f, bneck, pass_l, share, wat, num_passes, left
+
+
+# ---- the fluid event loop ---------------------------------------------------------------------------
+
+@_njit
+def _simulate(r, ptr, idx, sizes, cap, w, lim, arrival, tie):
+    """Fluid finish times and the recorded events (the arrays of ``fluid.Events``); see module docstring."""
+    F, H = r.shape
+    L = cap.shape[0]
+    E = 2 * F + 1
+    order, n_cap = _cap_order(w, lim)
+    eps4 = 4 * np.finfo(np.float64).eps
+    time = np.full(E + 1, _INF)
+    cause = np.zeros(E + 1, np.int32)
+    completes = np.zeros(E + 1, np.bool_)
+    first = np.full(F, -1, np.int32)
+    last = np.full(F, -1, np.int32)
+    finish = np.full(F, _INF)
+    remaining = sizes.copy()
+    by_arrival = np.argsort(arrival, kind="mergesort")
+    t_now = arrival[by_arrival[0]]
+    time[0] = t_now
+    cause[0] = by_arrival[0]
+    arrived = np.zeros(F, np.bool_)
+    done = np.zeros(F, np.bool_)
+    ai = 0
+    while ai < F and arrival[by_arrival[ai]] <= t_now:
+        arrived[by_arrival[ai]] = True
+        first[by_arrival[ai]] = 0
+        ai += 1
+    # the last solve: rates, structure and the step at which each flow / link froze
+    rates = np.zeros(F)
+    pass_f = np.full(F, -2, np.int32)
+    bneck = np.full(F, L, np.int32)
+    pass_l = np.full(L + 1, -1, np.int32)
+    share = np.full(L + 1, _INF)
+    wat = np.zeros(L + 1)
+    step_f = np.full(F, -1, np.int64)
+    step_l = np.full(L, -1, np.int64)
+    free = np.zeros(F, np.bool_)
+    restart = -1  # -1: solve in full; else re-fill from this step
+    n_done = 0
+    k = 0
+    left = 0
+    while n_done < F and k < E:
+        # rates of the active flows
+        for f in range(F):
+            active = arrived[f] and not done[f]
+            if restart < 0 or not active:
+                if not active:
+                    pass_f[f], rates[f], bneck[f], step_f[f] = -2, 0.0, L, -1
+                    free[f] = False
+                elif _empty(r, f):
+                    pass_f[f], rates[f], bneck[f], step_f[f] = 0, lim[f], L, -1
+                    free[f] = False
+                else:
+                    pass_f[f], free[f] = -1, True
+            elif step_f[f] >= restart:
+                pass_f[f], free[f] = -1, True
+        step0 = 0 if restart < 0 else restart
+        for link in range(L):
+            if step_l[link] >= step0:
+                step_l[link], pass_l[link], share[link], wat[link] = -1, -1, _INF, 0.0
+        left, _ = _fill(r, ptr, idx, cap, w, lim, order, n_cap, free, rates, pass_f, bneck, pass_l, share, wat,
+                        step_f, step_l, step0)
+        if left > 0:
+            break
+        # the next event: the earliest completion under these rates, or the next activation
+        tau_min = _INF
+        for f in range(F):
+            if arrived[f] and not done[f]:
+                tau = remaining[f] / rates[f]
+                if tau < tau_min:
+                    tau_min = tau
+        t_arrive = arrival[by_arrival[ai]] if ai < F else _INF
+        by_completion = t_now + tau_min <= t_arrive
+        t_next = t_now + tau_min if by_completion else t_arrive
+        cut = tau_min * (1 + tie) + eps4 * abs(t_next)
+        dt = t_next - t_now
+        c = -1
+        restart = np.iinfo(np.int64).max
+        for f in range(F):
+            if arrived[f] and not done[f]:
+                tau = remaining[f] / rates[f]
+                if by_completion and tau <= cut:
+                    remaining[f] = 0.0
+                    finish[f] = t_next
+                    done[f] = True
+                    last[f] = k + 1
+                    n_done += 1
+                    restart = min(restart, step_f[f])
+                    if c < 0:
+                        c = f
+                else:
+                    remaining[f] = max(remaining[f] - rates[f] * dt, 0.0)
+        a = -1
+        while ai < F and arrival[by_arrival[ai]] <= t_next:
+            g = by_arrival[ai]
+            arrived[g] = True
+            first[g] = k + 1
+            a = g if a < 0 else min(a, g)
+            ai += 1
+        if a >= 0:
+            restart = -1
+        elif restart == np.iinfo(np.int64).max or restart < 0:  # empty-route flows froze before any step
+            restart = -1
+        time[k + 1] = t_next
+        cause[k + 1] = c if by_completion else a
+        completes[k + 1] = by_completion
+        t_now = t_next
+        k += 1
+    return finish, time, cause, completes, first, last, k + 1, left, F - n_done
+
+
+# ---- NumPy entry points (what the JAX callbacks run) ------------------------------------------------
+
+def _lead(args, ndims):
+    """The broadcast batch shape of ``args`` beyond their base ranks ``ndims``."""
+    return np.broadcast_shapes(*(np.shape(a)[: np.ndim(a) - nd] for a, nd in zip(args, ndims)))
+
+
+def _rows(a, nd, batch):
+    """``a`` broadcast to ``batch`` + its base shape, as a contiguous float64/int array of rows."""
+    base = np.shape(a)[np.ndim(a) - nd:]
+    return np.ascontiguousarray(np.broadcast_to(a, batch + base).reshape((math.prod(batch),) + base))
+
+
+def solve(routes, capacity, weights, rate_limit, present):
+    """Max-min rates and structure, batched over any leading dimensions of the arguments.
+
+    Returns (rates, pass_of_flow, bottleneck, pass_of_link, share, weight_at, num_passes, unfrozen).
+    """
+    args = (routes, capacity, weights, rate_limit, present)
+    ndims = (2, 1, 1, 1, 1)
+    batch = _lead(args, ndims)
+    routes = np.asarray(routes)
+    L = np.shape(capacity)[-1]
+    cap = _rows(np.asarray(capacity, np.float64), 1, batch)
+    w = _rows(np.asarray(weights, np.float64), 1, batch)
+    lim = _rows(np.asarray(rate_limit, np.float64), 1, batch)
+    pres = _rows(np.asarray(present, bool), 1, batch)
+    if routes.ndim == 2 or all(d == 1 for d in routes.shape[:-2]):
+        r = np.ascontiguousarray(routes.reshape(routes.shape[-2:]), np.int32)
+        ptr, idx = _csr(r, L)
+        if cap.shape[0] == 1:
+            outs = [o[None] if isinstance(o, np.ndarray) else np.array([o])
+                    for o in _solve(r, ptr, idx, cap[0], w[0], lim[0], pres[0])]
+        else:
+            outs = list(_solve_many(r, ptr, idx, cap, w, lim, pres))
+    else:  # routes differ per scenario: one solve each
+        rows = _rows(np.asarray(routes, np.int32), 2, batch)
+        per = [_solve(rows[i], *_csr(rows[i], L), cap[i], w[i], lim[i], pres[i]) for i in range(cap.shape[0])]
+        outs = [np.stack([np.asarray(p[j]) for p in per]) for j in range(8)]
+    return tuple(np.asarray(o).reshape(batch + np.shape(o)[1:]) for o in outs)
+
+
+def simulate(routes, sizes, capacity, weights, rate_limit, arrival, tie):
+    """The fluid event loop, batched over leading dimensions: (finish, time, cause, completes, first,
+    last, count, unfrozen, not completed)."""
+    args = (routes, sizes, capacity, weights, rate_limit, arrival)
+    ndims = (2, 1, 1, 1, 1, 1)
+    batch = _lead(args, ndims)
+    L = np.shape(capacity)[-1]
+    rows = _rows(np.asarray(routes, np.int32), 2, batch)
+    vals = [_rows(np.asarray(a, np.float64), 1, batch) for a in (sizes, capacity, weights, rate_limit, arrival)]
+    shared = rows.shape[0] == 1 or np.asarray(routes).ndim == 2
+    csr = _csr(rows[0], L) if shared else None
+    per = []
+    for i in range(vals[0].shape[0]):
+        r = rows[0] if shared else rows[i]
+        ptr, idx = csr if shared else _csr(r, L)
+        per.append(_simulate(r, ptr, idx, *(v[i] for v in vals), tie))
+    outs = [np.stack([np.asarray(p[j]) for p in per]) for j in range(9)]
+    return tuple(o.reshape(batch + o.shape[1:]) for o in outs)
+
+
+# ---- JAX entry points ---------------------------------------------------------------------------------
+
+ENGINES = ("auto", "host", "xla")
+# Flows the adjoint reads per step when it replays a host solve (a pass with more takes several steps;
+# the host solve's first passes hold many flows, so the XLA solve's slot bound does not apply).
+HOST_WINDOW = 256
+
+
+def engine_for(engine: str | None) -> str:
+    """The engine a call runs: ``"host"`` (these compiled CPU kernels) or ``"xla"`` (the JAX kernels).
+
+    ``None`` / ``"auto"``: host when JAX's default backend is the CPU, else xla (on an accelerator the
+    XLA kernels run on the device; a host callback would copy every solve's inputs off it).
+    """
+    if engine is None or engine == "auto":
+        return "host" if jax.default_backend() == "cpu" else "xla"
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {engine!r}")
+    return engine
+
+
+def host_solve(routes, capacity, weights, rate_limit, present=None):
+    """(rates, MaxMinStructure) from the compiled solve, through ``jax.pure_callback`` (jit, vmap)."""
+    F, L = routes.shape[0], capacity.shape[0]
+    dtype = capacity.dtype
+    present = jnp.ones(F, bool) if present is None else present
+    shapes = (jax.ShapeDtypeStruct((F,), dtype), jax.ShapeDtypeStruct((F,), jnp.int32),
+              jax.ShapeDtypeStruct((F,), jnp.int32), jax.ShapeDtypeStruct((L + 1,), jnp.int32),
+              jax.ShapeDtypeStruct((L + 1,), dtype), jax.ShapeDtypeStruct((L + 1,), dtype),
+              jax.ShapeDtypeStruct((), jnp.int32), jax.ShapeDtypeStruct((), jnp.int32))
+
+    def call(r, c, w, lim, pres):
+        out = solve(r, c, w, lim, pres)
+        return tuple(np.asarray(o, s.dtype) for o, s in zip(out, shapes))
+
+    rates, pass_f, bneck, pass_l, share, wat, num_passes, left = jax.pure_callback(
+        call, shapes, routes, capacity, weights, rate_limit, present, vmap_method="expand_dims")
+    rates = eqx.error_if(rates, left > 0, NO_PROGRESS)
+    return rates, MaxMinStructure(pass_f, bneck, pass_l, share, wat, num_passes)
+
+
+def host_simulate(routes, sizes, capacity, weights, rate_limit, arrival, tie):
+    """(finish, time, cause, completes, first, last, count, not completed) of the compiled event loop
+    (through ``jax.pure_callback``)."""
+    F = routes.shape[0]
+    dtype = capacity.dtype
+    E = 2 * F + 1
+    shapes = (jax.ShapeDtypeStruct((F,), dtype), jax.ShapeDtypeStruct((E + 1,), dtype),
+              jax.ShapeDtypeStruct((E + 1,), jnp.int32), jax.ShapeDtypeStruct((E + 1,), bool),
+              jax.ShapeDtypeStruct((F,), jnp.int32), jax.ShapeDtypeStruct((F,), jnp.int32),
+              jax.ShapeDtypeStruct((), jnp.int32), jax.ShapeDtypeStruct((), jnp.int32),
+              jax.ShapeDtypeStruct((), jnp.int32))
+
+    def call(r, s, c, w, lim, a):
+        out = simulate(r, s, c, w, lim, a, tie)
+        return tuple(np.asarray(o, sh.dtype) for o, sh in zip(out, shapes))
+
+    *out, left, undone = jax.pure_callback(call, shapes, routes, sizes, capacity, weights, rate_limit, arrival,
+                                           vmap_method="expand_dims")
+    out[0] = eqx.error_if(out[0], left > 0, NO_PROGRESS)
+    return (*out, undone)
