@@ -49,7 +49,7 @@ def maxmin_rates(routes, capacity, weights=None, rate_limit=None, *, rtol: float
             break
         t += step
         resid[loaded] -= step * wsum[loaded]
-        saturated = loaded & (resid <= rtol * cap)
+        saturated = loaded & np.isfinite(cap) & (resid <= rtol * cap)  # an infinite link never saturates
         freeze = active & (cap_level <= t * (1 + rtol))
         freeze[flow[saturated[link] & active[flow]]] = True
         rates[freeze] = np.minimum(w[freeze] * t, limit[freeze])

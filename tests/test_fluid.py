@@ -83,14 +83,14 @@ def test_deferred_freezing_with_caps_and_staggered_starts_matches_oracle(monkeyp
     lim = np.where(rng.random(F) < 0.3, rng.uniform(5e9, 3e10, F), np.inf)
     start = rng.uniform(0, 0.02, F)
     monkeypatch.setattr(_waterfill, "freeze_slots", lambda candidates, degree: min(candidates * degree, 3))
-    args = _fluid._prepare_fluid(routes, sizes, ft.capacity, None, lim, start, None, None, True)
+    args = _fluid._prepare_fluid(routes, sizes, ft.capacity, None, lim, start, None, None, True, engine="xla")
     # fresh traces, so that programs compiled with the usual slots are not reused
-    structure = jax.jit(lambda *a: _maxmin._forward(*a, _fluid._CANDIDATES, True)[1])
+    structure = jax.jit(lambda *a: _maxmin._forward(*a, _fluid._CANDIDATES, True, "xla")[1])
     st = structure(*args[:2], *args[3:6])
     bneck = np.asarray(st.bottleneck)
     on_link = bneck < ft.capacity.size
     assert (np.asarray(st.pass_of_flow)[on_link] > np.asarray(st.pass_of_link)[bneck[on_link]]).sum() >= 20
-    finish, _ = jax.jit(lambda *a: _fluid._simulate(*a, has_caps=True))(*args[:-1])
+    finish, _ = jax.jit(lambda *a: _fluid._simulate(*a, has_caps=True, engine="xla"))(*args[:-2])
     want = oracle(routes, sizes, ft.capacity, rate_limit=lim, start_times=start)
     np.testing.assert_allclose(np.asarray(finish), want, rtol=1e-9)
 
@@ -106,9 +106,9 @@ def test_every_way_a_refill_resumes_matches_oracle(monkeypatch, rows):
     limit = np.where(rng.random(F) < 0.3, rng.uniform(2e9, 2e10, F), np.inf)
     start = np.where(rng.random(F) < 0.1, rng.uniform(0, 0.05, F), 0.0)
     monkeypatch.setattr(_fluid, "_SNAPSHOT_ROWS", rows)
-    args = _fluid._prepare_fluid(routes, sizes, ft.capacity, None, limit, start, None, None, True)
-    simulate = jax.jit(lambda *a: _fluid._simulate(*a, has_caps=True))  # fresh trace for this row count
-    finish, events = simulate(*args[:-1])
+    args = _fluid._prepare_fluid(routes, sizes, ft.capacity, None, limit, start, None, None, True, engine="xla")
+    simulate = jax.jit(lambda *a: _fluid._simulate(*a, has_caps=True, engine="xla"))  # fresh trace for these rows
+    finish, events = simulate(*args[:-2])
     assert event_count(events) > F // 2
     want = oracle(routes, sizes, ft.capacity, rate_limit=limit, start_times=start)
     np.testing.assert_allclose(np.asarray(finish), want, rtol=1e-9)
@@ -150,8 +150,8 @@ def test_dense_path_and_vmap():
     rng = np.random.default_rng(3)
     routes, cap, w, lim = random_instance(rng)
     sizes = rng.uniform(1, 100, w.size)
-    sparse = fm.completion_times(routes, sizes, cap, weights=w)
-    dense = jax.jit(lambda r: fm.completion_times(r, sizes, cap, weights=w))(routes)
+    sparse = fm.completion_times(routes, sizes, cap, weights=w, engine="xla")
+    dense = jax.jit(lambda r: fm.completion_times(r, sizes, cap, weights=w, engine="xla"))(routes)
     np.testing.assert_allclose(dense, sparse, rtol=1e-12)
     caps = cap * rng.uniform(0.5, 1.5, (4, cap.size))
     batched = jax.vmap(lambda c: fm.completion_times(routes, sizes, c, weights=w))(caps)
@@ -164,11 +164,13 @@ def test_inside_jit_with_an_incidence_the_sparse_event_loop_runs():
     ft, rng, routes, sizes = fat_tree_flows(7, 8, F)
     start = rng.uniform(0, 0.02, F)
     inc = fm.incidence(routes, ft.num_links)
-    fn = lambda c, r, i: fm.completion_times(r, sizes, c, start_times=start, incidence=i)  # noqa: E731
-    # the sparse fill picks its candidate links with top_k; the dense solve has none
+    fn = lambda c, r, i: fm.completion_times(r, sizes, c, start_times=start, incidence=i, engine="xla")  # noqa: E731
+    # the XLA engine's sparse fill picks its candidate links with top_k; the dense solve has none
     assert "top_k" in str(jax.make_jaxpr(fn)(ft.capacity, routes, inc))
-    assert "top_k" not in str(jax.make_jaxpr(lambda c, r: fm.completion_times(r, sizes, c))(ft.capacity, routes))
-    events_fn = lambda c, r, i: fm.completion_events(r, sizes, c, start_times=start, incidence=i)  # noqa: E731
+    dense = lambda c, r: fm.completion_times(r, sizes, c, engine="xla")  # noqa: E731
+    assert "top_k" not in str(jax.make_jaxpr(dense)(ft.capacity, routes))
+    events_fn = lambda c, r, i: fm.completion_events(r, sizes, c, start_times=start, incidence=i,  # noqa: E731
+                                                     engine="xla")
     got, events = jax.jit(events_fn)(ft.capacity, routes, inc)
     assert event_count(events) > F // 2
     np.testing.assert_allclose(got, fm.completion_times(routes, sizes, ft.capacity, start_times=start), rtol=1e-12)

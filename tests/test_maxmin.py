@@ -17,8 +17,8 @@ from flowmodel.reference import maxmin_violations
 
 
 def dense_rates(routes, capacity, weights, limit):
-    """The kernel with traced routes, which takes the dense all-links path."""
-    fn = jax.jit(lambda r, c, w, lim: fm.maxmin_rates(r, c, weights=w, rate_limit=lim))
+    """The XLA kernel with traced routes, which takes the dense all-links path."""
+    fn = jax.jit(lambda r, c, w, lim: fm.maxmin_rates(r, c, weights=w, rate_limit=lim, engine="xla"))
     return np.asarray(fn(routes, capacity, weights, limit))
 
 
@@ -98,7 +98,7 @@ def test_certificate_rejects_wrong_allocations():
 def test_dense_path_equals_sparse_path(rng):
     for _ in range(50):
         routes, cap, w, lim = random_instance(rng, caps=0.3, empty=0.05)
-        sparse = np.asarray(fm.maxmin_rates(routes, cap, weights=w, rate_limit=lim))
+        sparse = np.asarray(fm.maxmin_rates(routes, cap, weights=w, rate_limit=lim, engine="xla"))
         np.testing.assert_allclose(dense_rates(routes, cap, w, lim), sparse, rtol=1e-12)
 
 
@@ -142,8 +142,8 @@ def test_a_pass_defers_flows_beyond_its_slots_exactly(rng):
     a = rng.normal(size=w.size)
     sparse = jax.grad(lambda c, w: jnp.vdot(a, _maxmin._maxmin(r, members, c, w, jnp.asarray(lim), 2, True)),
                       argnums=(0, 1))(jnp.asarray(cap), jnp.asarray(w))
-    dense = jax.jit(jax.grad(lambda c, w, r: jnp.vdot(a, fm.maxmin_rates(r, c, weights=w, rate_limit=lim)),
-                             argnums=(0, 1)))(jnp.asarray(cap), jnp.asarray(w), r)
+    objective = lambda c, w, r: jnp.vdot(a, fm.maxmin_rates(r, c, weights=w, rate_limit=lim, engine="xla"))  # noqa: E731
+    dense = jax.jit(jax.grad(objective, argnums=(0, 1)))(jnp.asarray(cap), jnp.asarray(w), r)
     for got, want in zip(sparse, dense):
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
 
@@ -262,8 +262,9 @@ def test_gradient_through_jit_and_vmap(rng):
 def test_gradient_dense_path_equals_sparse_path(rng):
     routes, cap, w, lim = random_instance(rng, caps=0.3)
     a = rng.normal(size=w.size)
-    sparse = jax.grad(lambda c: jnp.vdot(a, fm.maxmin_rates(routes, c, weights=w, rate_limit=lim)))(cap)
-    dense = jax.jit(jax.grad(lambda c, r: jnp.vdot(a, fm.maxmin_rates(r, c, weights=w, rate_limit=lim))))(cap, routes)
+    xla = dict(weights=w, rate_limit=lim, engine="xla")
+    sparse = jax.grad(lambda c: jnp.vdot(a, fm.maxmin_rates(routes, c, **xla)))(cap)
+    dense = jax.jit(jax.grad(lambda c, r: jnp.vdot(a, fm.maxmin_rates(r, c, **xla))))(cap, routes)
     np.testing.assert_allclose(dense, sparse, rtol=1e-12, atol=1e-14)
 
 
@@ -303,10 +304,10 @@ def test_a_traced_call_leaves_nothing_behind_for_the_next_eager_call():
     ft, rng, routes = fat_tree_routes(4, 200, 0)
     routes = jnp.asarray(routes)
     caps = jnp.asarray(ft.capacity * rng.uniform(0.8, 1.2, (3, ft.num_links)))
-    solve = jax.vmap(lambda c: fm.maxmin_rates(routes, c))
+    solve = jax.vmap(lambda c: fm.maxmin_rates(routes, c, engine="xla"))
     assert runs_sparse_solve(solve, caps)
     batched = jax.jit(solve)(caps)
-    eager = fm.maxmin_rates(routes, caps[0])
+    eager = fm.maxmin_rates(routes, caps[0], engine="xla")
     np.testing.assert_allclose(eager, batched[0], rtol=1e-12)
     np.testing.assert_allclose(eager, oracle(np.asarray(routes), np.asarray(caps[0])), rtol=1e-9)
 
@@ -316,10 +317,10 @@ def test_inside_jit_with_an_incidence_argument_the_sparse_solve_runs(rng):
     # solve needs one pass and the sparse one (64 candidate links per pass) several
     routes, cap, w, _ = random_instance(rng, 600, 200, 1)
     inc = fm.incidence(routes, 200)
-    in_jit = jax.jit(lambda r, c, ww, i: fm.maxmin_structure(r, c, weights=ww, incidence=i))
-    dense = jax.jit(lambda r, c, ww: fm.maxmin_structure(r, c, weights=ww))
+    in_jit = jax.jit(lambda r, c, ww, i: fm.maxmin_structure(r, c, weights=ww, incidence=i, engine="xla"))
+    dense = jax.jit(lambda r, c, ww: fm.maxmin_structure(r, c, weights=ww, engine="xla"))
     rates, st = in_jit(routes, cap, w, inc)
-    eager_rates, eager = fm.maxmin_structure(routes, cap, weights=w, incidence=inc)
+    eager_rates, eager = fm.maxmin_structure(routes, cap, weights=w, incidence=inc, engine="xla")
     dense_rates, st_dense = dense(routes, cap, w)
     assert int(st_dense.num_passes) == 1
     assert int(st.num_passes) == int(eager.num_passes) > 1
@@ -329,11 +330,11 @@ def test_inside_jit_with_an_incidence_argument_the_sparse_solve_runs(rng):
     ft, rng, routes = fat_tree_routes(4, 200, 2)
     limit = np.where(rng.random(200) < 0.2, rng.uniform(1e9, 2e10, 200), np.inf)
     inc = fm.incidence(routes, ft.num_links)
-    solve = lambda r, c, i: fm.maxmin_structure(r, c, rate_limit=limit, incidence=i)  # noqa: E731
+    solve = lambda r, c, i: fm.maxmin_structure(r, c, rate_limit=limit, incidence=i, engine="xla")  # noqa: E731
     assert runs_sparse_solve(solve, routes, ft.capacity, inc)
-    assert not runs_sparse_solve(lambda r, c: fm.maxmin_structure(r, c, rate_limit=limit), routes, ft.capacity)
+    assert not runs_sparse_solve(lambda r, c: fm.maxmin_structure(r, c, rate_limit=limit, engine="xla"), routes, ft.capacity)
     rates, st = jax.jit(solve)(routes, ft.capacity, inc)
-    eager_rates, eager = fm.maxmin_structure(routes, ft.capacity, rate_limit=limit)
+    eager_rates, eager = fm.maxmin_structure(routes, ft.capacity, rate_limit=limit, engine="xla")
     for got, want in zip(st, eager):
         np.testing.assert_array_equal(got, want)
     np.testing.assert_allclose(rates, oracle(routes, ft.capacity, rate_limit=limit), rtol=1e-9)
@@ -344,17 +345,17 @@ def test_vmap_over_capacity_with_an_incidence_equals_loop():
     limit = np.where(rng.random(200) < 0.2, rng.uniform(1e9, 2e10, 200), np.inf)
     caps = ft.capacity * rng.uniform(0.5, 1.5, (5, ft.num_links))
     inc = fm.incidence(routes, ft.num_links)
-    solve = jax.vmap(lambda r, c, i: fm.maxmin_rates(r, c, rate_limit=limit, incidence=i), in_axes=(None, 0, None))
+    solve = jax.vmap(lambda r, c, i: fm.maxmin_rates(r, c, rate_limit=limit, incidence=i, engine="xla"), in_axes=(None, 0, None))
     assert runs_sparse_solve(solve, routes, caps, inc)
     batched = jax.jit(solve)(routes, caps, inc)
     for b in range(5):
-        np.testing.assert_allclose(batched[b], fm.maxmin_rates(routes, caps[b], rate_limit=limit), rtol=1e-12)
+        np.testing.assert_allclose(batched[b], fm.maxmin_rates(routes, caps[b], rate_limit=limit, engine="xla"), rtol=1e-12)
         np.testing.assert_allclose(batched[b], oracle(routes, caps[b], rate_limit=limit), rtol=1e-9)
 
 
 def test_gradient_inside_jit_with_an_incidence_matches_eager_and_central_differences(rng):
     def objective(c, w, lim, r, inc, a):
-        return jnp.vdot(a, fm.maxmin_rates(r, c, weights=w, rate_limit=lim, incidence=inc))
+        return jnp.vdot(a, fm.maxmin_rates(r, c, weights=w, rate_limit=lim, incidence=inc, engine="xla"))
 
     grad = jax.grad(objective, argnums=(0, 1, 2))
     in_jit = jax.jit(grad)
@@ -368,9 +369,9 @@ def test_gradient_inside_jit_with_an_incidence_matches_eager_and_central_differe
         if i == 0:
             assert runs_sparse_solve(grad, cap, w, lim, routes, inc, a)
         got = in_jit(cap, w, lim, routes, inc, a)
-        want = jax.grad(_objective(routes, a), argnums=(0, 1, 2))(cap, w, lim)
+        want = jax.grad(_objective(routes, a), argnums=(0, 1, 2))(cap, w, lim)  # the default (host) engine
         for g, g0 in zip(got, want):
-            np.testing.assert_allclose(g, g0, rtol=1e-12, atol=1e-14)
+            np.testing.assert_allclose(g, g0, rtol=1e-12, atol=1e-13)
         v = rng.normal(size=cap.size) * cap
         eps = 1e-6
         plus, minus = (cap + eps * v, w, lim), (cap - eps * v, w, lim)
