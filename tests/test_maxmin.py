@@ -332,7 +332,8 @@ def test_inside_jit_with_an_incidence_argument_the_sparse_solve_runs(rng):
     inc = fm.incidence(routes, ft.num_links)
     solve = lambda r, c, i: fm.maxmin_structure(r, c, rate_limit=limit, incidence=i, engine="xla")  # noqa: E731
     assert runs_sparse_solve(solve, routes, ft.capacity, inc)
-    assert not runs_sparse_solve(lambda r, c: fm.maxmin_structure(r, c, rate_limit=limit, engine="xla"), routes, ft.capacity)
+    dense = lambda r, c: fm.maxmin_structure(r, c, rate_limit=limit, engine="xla")  # noqa: E731
+    assert not runs_sparse_solve(dense, routes, ft.capacity)
     rates, st = jax.jit(solve)(routes, ft.capacity, inc)
     eager_rates, eager = fm.maxmin_structure(routes, ft.capacity, rate_limit=limit, engine="xla")
     for got, want in zip(st, eager):
@@ -345,11 +346,13 @@ def test_vmap_over_capacity_with_an_incidence_equals_loop():
     limit = np.where(rng.random(200) < 0.2, rng.uniform(1e9, 2e10, 200), np.inf)
     caps = ft.capacity * rng.uniform(0.5, 1.5, (5, ft.num_links))
     inc = fm.incidence(routes, ft.num_links)
-    solve = jax.vmap(lambda r, c, i: fm.maxmin_rates(r, c, rate_limit=limit, incidence=i, engine="xla"), in_axes=(None, 0, None))
+    solve = jax.vmap(lambda r, c, i: fm.maxmin_rates(r, c, rate_limit=limit, incidence=i, engine="xla"),
+                     in_axes=(None, 0, None))
     assert runs_sparse_solve(solve, routes, caps, inc)
     batched = jax.jit(solve)(routes, caps, inc)
     for b in range(5):
-        np.testing.assert_allclose(batched[b], fm.maxmin_rates(routes, caps[b], rate_limit=limit, engine="xla"), rtol=1e-12)
+        want = fm.maxmin_rates(routes, caps[b], rate_limit=limit, engine="xla")
+        np.testing.assert_allclose(batched[b], want, rtol=1e-12)
         np.testing.assert_allclose(batched[b], oracle(routes, caps[b], rate_limit=limit), rtol=1e-9)
 
 

@@ -101,36 +101,26 @@ def _share(cap, frz, W, cnt, link):
 # ---- one water-filling ----------------------------------------------------------------------------
 
 @_njit
-def _fill(r, ptr, idx, cap, w, lim, order, n_cap, free, rates, pass_f, bneck, pass_l, share, wat, step_f, step_l,
-          step0):
-    """Freeze every ``free`` flow; flows not free keep their rates and count as frozen on their links.
+def _fill(r, ptr, idx, cap, w, lim, order, n_cap, free, n_free, W, cnt, frz, rates, pass_f, bneck, pass_l, share,
+          wat, step_f, step_l, step0, seq, nseq):
+    """Freeze the ``n_free`` flows marked ``free``, by increasing share; numbers the steps from ``step0``.
 
-    ``order[:n_cap]`` are the flows with a finite cap by increasing cap level (``_cap_order``). Writes rates / pass_f / bneck / step_f of the flows it freezes and pass_l / share / wat / step_l of
-    the links it pops, numbering steps from ``step0``. Returns (flows left unfrozen, last step + 1).
+    W, cnt, frz: per link, the weight and count of the free flows and the rate of the frozen ones
+    (updated in place: on return ``frz`` holds every frozen rate). ``order[:n_cap]``: the flows with a
+    finite cap by increasing cap level. Writes rates / pass_f / bneck / step_f of the flows it freezes
+    (appended to ``seq`` from ``nseq``) and pass_l / share / wat / step_l of the links it pops.
+    Returns (flows left unfrozen, the new length of ``seq``).
+
+    Heap keys are lower bounds of the shares (shares only grow as flows freeze): a link whose flows
+    changed is marked stale and its key refreshed only when it reaches the top, so the top, once
+    fresh, is the smallest share (ties: the lowest link index).
     """
-    F, H = r.shape
+    H = r.shape[1]
     L = cap.shape[0]
-    W = np.zeros(L)
-    cnt = np.zeros(L, np.int64)
-    frz = np.zeros(L)
-    n_free = 0
-    for f in range(F):
-        if pass_f[f] == -2:  # not present
-            continue
-        for h in range(H):
-            link = r[f, h]
-            if link < 0:
-                continue
-            if free[f]:
-                W[link] += w[f]
-                cnt[link] += 1
-            else:
-                frz[link] += rates[f]
-        if free[f]:
-            n_free += 1
     key = np.full(L, _INF)
     heap = np.empty(L, np.int64)
     pos = np.full(L, -1, np.int64)
+    stale = np.zeros(L, np.bool_)
     n = 0
     for link in range(L):
         if cnt[link] > 0:
@@ -138,35 +128,24 @@ def _fill(r, ptr, idx, cap, w, lim, order, n_cap, free, rates, pass_f, bneck, pa
             heap[n] = link
             n += 1
     _heapify(heap, pos, key, n)
-    dirty = np.empty(L, np.int64)
-    mark = np.zeros(L, np.bool_)
     ci = 0
     step = step0
     while n_free > 0:
         while ci < n_cap and not free[order[ci]]:
             ci += 1
+        while n > 0 and stale[heap[0]]:
+            top = heap[0]
+            stale[top] = False
+            key[top] = _share(cap, frz, W, cnt, top)
+            _sift_down(heap, pos, key, 0, n)
         s = key[heap[0]] if n > 0 else _INF
-        nd = 0
         if ci < n_cap and lim[order[ci]] / w[order[ci]] < s:  # a flow's cap comes first
             f = order[ci]
             ci += 1
             rates[f] = lim[f]
             pass_f[f] = 0
             bneck[f] = L
-            step_f[f] = step
-            free[f] = False
-            n_free -= 1
-            for h in range(H):
-                link = r[f, h]
-                if link < 0:
-                    continue
-                W[link] -= w[f]
-                cnt[link] -= 1
-                frz[link] += lim[f]
-                if not mark[link]:
-                    mark[link] = True
-                    dirty[nd] = link
-                    nd += 1
+            first = nseq
         elif s < _INF:
             b = heap[0]
             depth = 0
@@ -178,37 +157,36 @@ def _fill(r, ptr, idx, cap, w, lim, order, n_cap, free, rates, pass_f, bneck, pa
             share[b] = s
             wat[b] = W[b]
             step_l[b] = step
+            first = nseq
             for j in range(ptr[b], ptr[b + 1]):
                 f = idx[j]
-                if not free[f]:
-                    continue
-                x = w[f] * s
-                rates[f] = x
-                pass_f[f] = depth
-                bneck[f] = b
-                step_f[f] = step
-                free[f] = False
-                n_free -= 1
-                for h in range(H):
-                    link = r[f, h]
-                    if link < 0:
-                        continue
+                if free[f]:
+                    rates[f] = w[f] * s
+                    pass_f[f] = depth
+                    bneck[f] = b
+                    seq[nseq] = f
+                    nseq += 1
+                    free[f] = False
+            f = -1
+        else:  # nothing bounds the remaining flows (invalid input with check=False)
+            return n_free, nseq
+        if f >= 0:  # the capped flow
+            seq[nseq] = f
+            nseq += 1
+            free[f] = False
+        for i in range(first, nseq):
+            f = seq[i]
+            step_f[f] = step
+            n_free -= 1
+            for h in range(H):
+                link = r[f, h]
+                if link >= 0:
                     W[link] -= w[f]
                     cnt[link] -= 1
-                    frz[link] += x
-                    if not mark[link]:
-                        mark[link] = True
-                        dirty[nd] = link
-                        nd += 1
-        else:  # nothing bounds the remaining flows (invalid input with check=False)
-            return n_free, step
+                    frz[link] += rates[f]
+                    stale[link] = True
         step += 1
-        for i in range(nd):  # shares only grow as flows freeze: sift each changed link down
-            link = dirty[i]
-            mark[link] = False
-            key[link] = _share(cap, frz, W, cnt, link)
-            _sift_down(heap, pos, key, pos[link], n)
-    return 0, step
+    return 0, nseq
 
 
 @_njit
@@ -230,9 +208,26 @@ def _cap_order(w, lim):
 
 
 @_njit
+def _add_free(r, w, f, W, cnt):
+    for h in range(r.shape[1]):
+        link = r[f, h]
+        if link >= 0:
+            W[link] += w[f]
+            cnt[link] += 1
+
+
+@_njit
+def _add_rate(r, f, rate, frz):
+    for h in range(r.shape[1]):
+        link = r[f, h]
+        if link >= 0:
+            frz[link] += rate
+
+
+@_njit
 def _solve(r, ptr, idx, cap, w, lim, present):
     """Rates and structure of the ``present`` flows (the others get rate 0, pass -1, bottleneck L)."""
-    F, H = r.shape
+    F = r.shape[0]
     L = cap.shape[0]
     rates = np.zeros(F)
     pass_f = np.full(F, -1, np.int32)
@@ -240,26 +235,23 @@ def _solve(r, ptr, idx, cap, w, lim, present):
     pass_l = np.full(L + 1, -1, np.int32)
     share = np.full(L + 1, _INF)
     wat = np.zeros(L + 1)
-    step_f = np.full(F, -1, np.int64)
-    step_l = np.full(L, -1, np.int64)
     free = np.zeros(F, np.bool_)
+    W = np.zeros(L)
+    cnt = np.zeros(L, np.int64)
+    n_free = 0
     for f in range(F):
-        if not present[f]:
-            pass_f[f] = -2
-        elif _empty(r, f):  # an empty route: its cap, before any pass
+        if present[f] and _empty(r, f):  # an empty route: its cap, before any pass
             rates[f] = lim[f]
             pass_f[f] = 0
-        else:
+        elif present[f]:
             free[f] = True
+            n_free += 1
+            _add_free(r, w, f, W, cnt)
     order, n_cap = _cap_order(w, lim)
-    left, _ = _fill(r, ptr, idx, cap, w, lim, order, n_cap, free, rates, pass_f, bneck, pass_l, share, wat, step_f,
-                    step_l, 0)
-    num_passes = 0
-    for f in range(F):
-        if pass_f[f] == -2:
-            pass_f[f] = -1
-        num_passes = max(num_passes, pass_f[f] + 1)
-    return rates, pass_f, bneck, pass_l, share, wat, num_passes, left
+    left, _ = _fill(r, ptr, idx, cap, w, lim, order, n_cap, free, n_free, W, cnt, np.zeros(L), rates, pass_f, bneck,
+                    pass_l, share, wat, np.full(F, -1, np.int64), np.full(L, -1, np.int64), 0,
+                    np.empty(F, np.int64), 0)
+    return rates, pass_f, bneck, pass_l, share, wat, pass_f.max() + 1, left
 
 
 @_njit(parallel=True)
@@ -289,12 +281,18 @@ def _solve_many(r, ptr, idx, cap, w, lim, present):
 
 # ---- the fluid event loop ---------------------------------------------------------------------------
 
+# Re-fills after completions update the per-link frozen rates incrementally; every this many of them
+# the sums are rebuilt exactly, so that rounding cannot accumulate over thousands of events.
+_EXACT_EVERY = 32
+
+
 @_njit
 def _simulate(r, ptr, idx, sizes, cap, w, lim, arrival, tie):
     """Fluid finish times and the recorded events (the arrays of ``fluid.Events``); see module docstring."""
-    F, H = r.shape
+    F = r.shape[0]
     L = cap.shape[0]
     E = 2 * F + 1
+    never = np.iinfo(np.int64).max
     order, n_cap = _cap_order(w, lim)
     eps4 = 4 * np.finfo(np.float64).eps
     time = np.full(E + 1, _INF)
@@ -304,92 +302,128 @@ def _simulate(r, ptr, idx, sizes, cap, w, lim, arrival, tie):
     last = np.full(F, -1, np.int32)
     finish = np.full(F, _INF)
     remaining = sizes.copy()
+    tau = np.full(F, _INF)
+    empty = np.zeros(F, np.bool_)
+    for f in range(F):
+        empty[f] = _empty(r, f)
     by_arrival = np.argsort(arrival, kind="mergesort")
     t_now = arrival[by_arrival[0]]
     time[0] = t_now
     cause[0] = by_arrival[0]
-    arrived = np.zeros(F, np.bool_)
-    done = np.zeros(F, np.bool_)
+    active = np.zeros(F, np.bool_)
     ai = 0
     while ai < F and arrival[by_arrival[ai]] <= t_now:
-        arrived[by_arrival[ai]] = True
+        active[by_arrival[ai]] = True
         first[by_arrival[ai]] = 0
         ai += 1
-    # the last solve: rates, structure and the step at which each flow / link froze
+    # the last solve: rates, structure, the step at which each flow / link froze, flows in freezing order
     rates = np.zeros(F)
-    pass_f = np.full(F, -2, np.int32)
+    pass_f = np.full(F, -2, np.int32)  # -2: not active
     bneck = np.full(F, L, np.int32)
     pass_l = np.full(L + 1, -1, np.int32)
     share = np.full(L + 1, _INF)
     wat = np.zeros(L + 1)
     step_f = np.full(F, -1, np.int64)
     step_l = np.full(L, -1, np.int64)
+    seq = np.empty(F, np.int64)
+    nseq = 0
     free = np.zeros(F, np.bool_)
-    restart = -1  # -1: solve in full; else re-fill from this step
+    W = np.zeros(L)
+    cnt = np.zeros(L, np.int64)
+    frz = np.zeros(L)
+    restart = -1  # -1: solve in full; never: rates unchanged; else re-fill from this step
+    since_exact = 0
     n_done = 0
     k = 0
     left = 0
     while n_done < F and k < E:
-        # rates of the active flows
-        for f in range(F):
-            active = arrived[f] and not done[f]
-            if restart < 0 or not active:
-                if not active:
-                    pass_f[f], rates[f], bneck[f], step_f[f] = -2, 0.0, L, -1
-                    free[f] = False
-                elif _empty(r, f):
-                    pass_f[f], rates[f], bneck[f], step_f[f] = 0, lim[f], L, -1
-                    free[f] = False
+        if restart != never:
+            W[:] = 0.0
+            cnt[:] = 0
+            n_free = 0
+            if restart < 0:  # after activations: every active flow from scratch
+                frz[:] = 0.0
+                nseq = 0
+                for f in range(F):
+                    if active[f] and empty[f]:
+                        rates[f], pass_f[f], bneck[f], step_f[f] = lim[f], 0, L, -1
+                    elif active[f]:
+                        pass_f[f], free[f] = -1, True
+                        n_free += 1
+                        _add_free(r, w, f, W, cnt)
+                step0 = 0
+                since_exact = 0
+            else:  # after completions: steps before ``restart`` stand; re-fill the flows frozen since
+                lo, hi = 0, nseq
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if step_f[seq[mid]] < restart:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                exact = since_exact >= _EXACT_EVERY
+                if exact:
+                    frz[:] = 0.0
+                    for i in range(lo):
+                        _add_rate(r, seq[i], rates[seq[i]], frz)
+                    since_exact = 0
                 else:
-                    pass_f[f], free[f] = -1, True
-            elif step_f[f] >= restart:
-                pass_f[f], free[f] = -1, True
-        step0 = 0 if restart < 0 else restart
-        for link in range(L):
-            if step_l[link] >= step0:
-                step_l[link], pass_l[link], share[link], wat[link] = -1, -1, _INF, 0.0
-        left, _ = _fill(r, ptr, idx, cap, w, lim, order, n_cap, free, rates, pass_f, bneck, pass_l, share, wat,
-                        step_f, step_l, step0)
-        if left > 0:
-            break
+                    since_exact += 1
+                for i in range(lo, nseq):
+                    f = seq[i]
+                    if active[f]:
+                        if not exact:
+                            _add_rate(r, f, -rates[f], frz)
+                        pass_f[f], free[f] = -1, True
+                        n_free += 1
+                        _add_free(r, w, f, W, cnt)
+                nseq = lo
+                step0 = restart
+            for link in range(L):
+                if step_l[link] >= step0:
+                    step_l[link], pass_l[link], share[link], wat[link] = -1, -1, _INF, 0.0
+            left, nseq = _fill(r, ptr, idx, cap, w, lim, order, n_cap, free, n_free, W, cnt, frz, rates, pass_f,
+                               bneck, pass_l, share, wat, step_f, step_l, step0, seq, nseq)
+            if left > 0:
+                break
         # the next event: the earliest completion under these rates, or the next activation
         tau_min = _INF
         for f in range(F):
-            if arrived[f] and not done[f]:
-                tau = remaining[f] / rates[f]
-                if tau < tau_min:
-                    tau_min = tau
+            if active[f]:
+                tau[f] = remaining[f] / rates[f]
+                tau_min = min(tau_min, tau[f])
         t_arrive = arrival[by_arrival[ai]] if ai < F else _INF
         by_completion = t_now + tau_min <= t_arrive
         t_next = t_now + tau_min if by_completion else t_arrive
         cut = tau_min * (1 + tie) + eps4 * abs(t_next)
         dt = t_next - t_now
         c = -1
-        restart = np.iinfo(np.int64).max
+        restart = never
         for f in range(F):
-            if arrived[f] and not done[f]:
-                tau = remaining[f] / rates[f]
-                if by_completion and tau <= cut:
-                    remaining[f] = 0.0
-                    finish[f] = t_next
-                    done[f] = True
-                    last[f] = k + 1
-                    n_done += 1
+            if not active[f]:
+                continue
+            if by_completion and tau[f] <= cut:
+                remaining[f] = 0.0
+                finish[f] = t_next
+                last[f] = k + 1
+                n_done += 1
+                if c < 0:
+                    c = f
+                if not empty[f]:  # an empty route's flow leaves no link: the rates stand
                     restart = min(restart, step_f[f])
-                    if c < 0:
-                        c = f
-                else:
-                    remaining[f] = max(remaining[f] - rates[f] * dt, 0.0)
+                    _add_rate(r, f, -rates[f], frz)
+                # (its step stays: the binary search over ``seq`` reads it until the re-fill drops it)
+                active[f], pass_f[f], rates[f], bneck[f] = False, -2, 0.0, L
+            else:
+                remaining[f] = max(remaining[f] - rates[f] * dt, 0.0)
         a = -1
         while ai < F and arrival[by_arrival[ai]] <= t_next:
             g = by_arrival[ai]
-            arrived[g] = True
+            active[g] = True
             first[g] = k + 1
             a = g if a < 0 else min(a, g)
             ai += 1
         if a >= 0:
-            restart = -1
-        elif restart == np.iinfo(np.int64).max or restart < 0:  # empty-route flows froze before any step
             restart = -1
         time[k + 1] = t_next
         cause[k + 1] = c if by_completion else a
