@@ -36,7 +36,8 @@ _INF = np.inf
 
 
 def _njit(*args, **kw):
-    return nb.njit(*args, cache=True, nogil=True, **kw)
+    # numpy's error model: x / 0 is inf (the kernels test for it), without Python's zero-division checks
+    return nb.njit(*args, cache=True, nogil=True, error_model="numpy", **kw)
 
 
 # ---- link -> flows (CSR) and the indexed min-heap of link shares --------------------------------
@@ -102,13 +103,14 @@ def _share(cap, frz, W, cnt, link):
 
 @_njit
 def _fill(r, ptr, idx, cap, w, lim, order, n_cap, free, n_free, W, cnt, frz, rates, pass_f, bneck, pass_l, share,
-          wat, step_f, step_l, step0, seq, nseq):
+          wat, step_f, step_l, step0, seq, nseq, structure):
     """Freeze the ``n_free`` flows marked ``free``, by increasing share; numbers the steps from ``step0``.
 
     W, cnt, frz: per link, the weight and count of the free flows and the rate of the frozen ones
     (updated in place: on return ``frz`` holds every frozen rate). ``order[:n_cap]``: the flows with a
     finite cap by increasing cap level. Writes rates / pass_f / bneck / step_f of the flows it freezes
-    (appended to ``seq`` from ``nseq``) and pass_l / share / wat / step_l of the links it pops.
+    (appended to ``seq`` from ``nseq``) and pass_l / share / wat / step_l of the links it pops; without
+    ``structure`` every pass is 0 (the event loop's gradient re-solves each interval for its structure).
     Returns (flows left unfrozen, the new length of ``seq``).
 
     Heap keys are lower bounds of the shares (shares only grow as flows freeze): a link whose flows
@@ -149,10 +151,11 @@ def _fill(r, ptr, idx, cap, w, lim, order, n_cap, free, n_free, W, cnt, frz, rat
         elif s < _INF:
             b = heap[0]
             depth = 0
-            for j in range(ptr[b], ptr[b + 1]):
-                f = idx[j]
-                if pass_f[f] >= 0 and not free[f]:
-                    depth = max(depth, pass_f[f] + 1)
+            if structure:
+                for j in range(ptr[b], ptr[b + 1]):
+                    f = idx[j]
+                    if pass_f[f] >= 0 and not free[f]:
+                        depth = max(depth, pass_f[f] + 1)
             pass_l[b] = depth
             share[b] = s
             wat[b] = W[b]
@@ -250,7 +253,7 @@ def _solve(r, ptr, idx, cap, w, lim, present):
     order, n_cap = _cap_order(w, lim)
     left, _ = _fill(r, ptr, idx, cap, w, lim, order, n_cap, free, n_free, W, cnt, np.zeros(L), rates, pass_f, bneck,
                     pass_l, share, wat, np.full(F, -1, np.int64), np.full(L, -1, np.int64), 0,
-                    np.empty(F, np.int64), 0)
+                    np.empty(F, np.int64), 0, True)
     return rates, pass_f, bneck, pass_l, share, wat, pass_f.max() + 1, left
 
 
@@ -383,7 +386,7 @@ def _simulate(r, ptr, idx, sizes, cap, w, lim, arrival, tie):
                 if step_l[link] >= step0:
                     step_l[link], pass_l[link], share[link], wat[link] = -1, -1, _INF, 0.0
             left, nseq = _fill(r, ptr, idx, cap, w, lim, order, n_cap, free, n_free, W, cnt, frz, rates, pass_f,
-                               bneck, pass_l, share, wat, step_f, step_l, step0, seq, nseq)
+                               bneck, pass_l, share, wat, step_f, step_l, step0, seq, nseq, False)
             if left > 0:
                 break
         # the next event: the earliest completion under these rates, or the next activation
