@@ -436,6 +436,33 @@ def _simulate(r, ptr, idx, sizes, cap, w, lim, arrival, tie):
     return finish, time, cause, completes, first, last, k + 1, left, F - n_done
 
 
+@_njit(parallel=True)
+def _simulate_many(r, ptr, idx, sizes, cap, w, lim, arrival, tie):
+    B, F = sizes.shape
+    E = 2 * F + 1
+    finish = np.empty((B, F))
+    time = np.empty((B, E + 1))
+    cause = np.empty((B, E + 1), np.int32)
+    completes = np.empty((B, E + 1), np.bool_)
+    first = np.empty((B, F), np.int32)
+    last = np.empty((B, F), np.int32)
+    count = np.empty(B, np.int64)
+    left = np.empty(B, np.int64)
+    undone = np.empty(B, np.int64)
+    for i in nb.prange(B):
+        out = _simulate(r, ptr, idx, sizes[i], cap[i], w[i], lim[i], arrival[i], tie)
+        finish[i, :] = out[0]
+        time[i, :] = out[1]
+        cause[i, :] = out[2]
+        completes[i, :] = out[3]
+        first[i, :] = out[4]
+        last[i, :] = out[5]
+        count[i] = out[6]
+        left[i] = out[7]
+        undone[i] = out[8]
+    return finish, time, cause, completes, first, last, count, left, undone
+
+
 # ---- NumPy entry points (what the JAX callbacks run) ------------------------------------------------
 
 def _lead(args, ndims):
@@ -443,59 +470,46 @@ def _lead(args, ndims):
     return np.broadcast_shapes(*(np.shape(a)[: np.ndim(a) - nd] for a, nd in zip(args, ndims)))
 
 
-def _rows(a, nd, batch):
-    """``a`` broadcast to ``batch`` + its base shape, as a contiguous float64/int array of rows."""
-    base = np.shape(a)[np.ndim(a) - nd:]
+def _rows(a, nd, batch, dtype):
+    """``a`` broadcast to ``batch`` + its base shape, as contiguous rows of ``dtype``."""
+    a = np.asarray(a, dtype)
+    base = a.shape[a.ndim - nd:]
     return np.ascontiguousarray(np.broadcast_to(a, batch + base).reshape((math.prod(batch),) + base))
 
 
-def solve(routes, capacity, weights, rate_limit, present):
-    """Max-min rates and structure, batched over any leading dimensions of the arguments.
-
-    Returns (rates, pass_of_flow, bottleneck, pass_of_link, share, weight_at, num_passes, unfrozen).
-    """
-    args = (routes, capacity, weights, rate_limit, present)
-    ndims = (2, 1, 1, 1, 1)
-    batch = _lead(args, ndims)
+def _batched(kernel, many, routes, values, ndims, L, extra=()):
+    """Run ``kernel`` (one scenario) or ``many`` (scenarios of shared routes, in parallel) over the batch
+    of ``values``; routes that differ per scenario run one at a time. Outputs get the batch shape."""
+    batch = _lead((routes, *values), (2, *ndims))
     routes = np.asarray(routes)
-    L = np.shape(capacity)[-1]
-    cap = _rows(np.asarray(capacity, np.float64), 1, batch)
-    w = _rows(np.asarray(weights, np.float64), 1, batch)
-    lim = _rows(np.asarray(rate_limit, np.float64), 1, batch)
-    pres = _rows(np.asarray(present, bool), 1, batch)
+    vals = [_rows(v, nd, batch, bool if np.asarray(v).dtype == bool else np.float64) for v, nd in zip(values, ndims)]
+    B = vals[0].shape[0]
     if routes.ndim == 2 or all(d == 1 for d in routes.shape[:-2]):
         r = np.ascontiguousarray(routes.reshape(routes.shape[-2:]), np.int32)
         ptr, idx = _csr(r, L)
-        if cap.shape[0] == 1:
-            outs = [o[None] if isinstance(o, np.ndarray) else np.array([o])
-                    for o in _solve(r, ptr, idx, cap[0], w[0], lim[0], pres[0])]
+        if B == 1:
+            outs = [np.asarray(o)[None] for o in kernel(r, ptr, idx, *(v[0] for v in vals), *extra)]
         else:
-            outs = list(_solve_many(r, ptr, idx, cap, w, lim, pres))
-    else:  # routes differ per scenario: one solve each
-        rows = _rows(np.asarray(routes, np.int32), 2, batch)
-        per = [_solve(rows[i], *_csr(rows[i], L), cap[i], w[i], lim[i], pres[i]) for i in range(cap.shape[0])]
-        outs = [np.stack([np.asarray(p[j]) for p in per]) for j in range(8)]
+            outs = many(r, ptr, idx, *vals, *extra)
+    else:
+        rows = _rows(routes, 2, batch, np.int32)
+        per = [kernel(rows[i], *_csr(rows[i], L), *(v[i] for v in vals), *extra) for i in range(B)]
+        outs = [np.stack([np.asarray(p[j]) for p in per]) for j in range(len(per[0]))]
     return tuple(np.asarray(o).reshape(batch + np.shape(o)[1:]) for o in outs)
+
+
+def solve(routes, capacity, weights, rate_limit, present):
+    """Max-min rates and structure, batched over any leading dimensions of the arguments: (rates,
+    pass_of_flow, bottleneck, pass_of_link, share, weight_at, num_passes, unfrozen)."""
+    return _batched(_solve, _solve_many, routes, (capacity, weights, rate_limit, present), (1, 1, 1, 1),
+                    np.shape(capacity)[-1])
 
 
 def simulate(routes, sizes, capacity, weights, rate_limit, arrival, tie):
     """The fluid event loop, batched over leading dimensions: (finish, time, cause, completes, first,
     last, count, unfrozen, not completed)."""
-    args = (routes, sizes, capacity, weights, rate_limit, arrival)
-    ndims = (2, 1, 1, 1, 1, 1)
-    batch = _lead(args, ndims)
-    L = np.shape(capacity)[-1]
-    rows = _rows(np.asarray(routes, np.int32), 2, batch)
-    vals = [_rows(np.asarray(a, np.float64), 1, batch) for a in (sizes, capacity, weights, rate_limit, arrival)]
-    shared = rows.shape[0] == 1 or np.asarray(routes).ndim == 2
-    csr = _csr(rows[0], L) if shared else None
-    per = []
-    for i in range(vals[0].shape[0]):
-        r = rows[0] if shared else rows[i]
-        ptr, idx = csr if shared else _csr(r, L)
-        per.append(_simulate(r, ptr, idx, *(v[i] for v in vals), tie))
-    outs = [np.stack([np.asarray(p[j]) for p in per]) for j in range(9)]
-    return tuple(o.reshape(batch + o.shape[1:]) for o in outs)
+    return _batched(_simulate, _simulate_many, routes, (sizes, capacity, weights, rate_limit, arrival),
+                    (1, 1, 1, 1, 1), np.shape(capacity)[-1], (tie,))
 
 
 # ---- JAX entry points ---------------------------------------------------------------------------------
