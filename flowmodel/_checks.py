@@ -45,15 +45,16 @@ def check_values(name: str, x, *, positive: bool = False, nonnegative: bool = Fa
             raise ValueError(f"{name}{_fmt(where)} {what}, got {a[where]}")
 
 
-def check_routes(routes, num_links: int) -> None:
-    """routes: int[F, H], entries in [-1, num_links)."""
+def check_routes(routes, num_links: int, values: bool = True) -> None:
+    """routes: int[F, H], entries in [-1, num_links), no link twice in a route (the entries only when
+    ``values`` and the routes are concrete)."""
     if np.ndim(routes) != 2:
         raise ValueError(f"routes must be a 2-D int array [F, H], got shape {tuple(np.shape(routes))}")
     if not np.issubdtype(np.asarray(routes).dtype if not is_traced(routes) else routes.dtype, np.integer):
         raise ValueError(f"routes must have an integer dtype, got {routes.dtype}")
     if np.shape(routes)[0] == 0:
         raise ValueError("routes is empty: at least one flow is needed")
-    if is_traced(routes):
+    if is_traced(routes) or not values:
         return
     r = np.asarray(routes)
     where = first_bad((r < -1) | (r >= num_links))

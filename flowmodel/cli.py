@@ -235,17 +235,22 @@ def cmd_sweep(scenario, out: str, quiet: bool) -> dict:
     _check_groups(model, list(axes), lambda i, g: f"sweep.grid.{g}")
     points = sweep.grid(**axes)
     _say(quiet)(f"compile and evaluate {len(next(iter(points.values())))} points")
-    table = sweep.sweep(sweep_evaluation(model), points, chunk=scenario.sweep.chunk, progress=not quiet)
+    how: dict = {}
+    table = sweep.sweep(sweep_evaluation(model), points, chunk=scenario.sweep.chunk, progress=not quiet,
+                        batching=scenario.sweep.batching, info=how)
     names = list(axes)
     units = {n: model.info.groups[n].unit for n in names}
     plots.sweep_lines(table, names, "step_time_s", os.path.join(out, "sweep.png"), units=units)
     csv_path, json_path = sweep.write_table(table, out, meta={"scenario": scenario.name, "units": UNITS,
-                                                                "parameter_units": units})
+                                                                "parameter_units": units, "batching": how})
     if not quiet:
         best = int(np.argmin(table["step_time_s"]))
         at = ", ".join(f"{n} = {table[n][best]:.5g}" for n in names)
         print(f"{scenario.name}: {len(table['step_time_s'])} points; best step time "
               f"{table['step_time_s'][best]:.4f} s at {at}")
+        if "vmap_s_per_point" in how:
+            print(f"  batching: {how['batching']} (measured on {how['probe_points']} points: vmap "
+                  f"{how['vmap_s_per_point']:.3g} s, loop {how['loop_s_per_point']:.3g} s per point)")
     return table
 
 

@@ -206,6 +206,7 @@ OPTIMIZE = {
 SWEEP = {
     "grid": ("grid", REQUIRED, "link group -> list of values; the sweep evaluates every combination"),
     "chunk": ("int", None, "points per vmapped call (default: all at once)"),
+    "batching": ("str", "auto", "`auto` (time both ways on the first points, keep the faster), `vmap` or `loop`"),
 }
 FAILURES = {
     "tiers": ("strs", None, "one failure per cable of these tiers (e.g. `[long_haul]`)"),
@@ -479,7 +480,8 @@ def parse(data: Any) -> Scenario:
                                         transport=options["transport"]),
                           "model", "options")
     sw = raw["sweep"]
-    sweep = None if sw is None else _make(SweepGrid, dict(grid=tuple(sw["grid"].items()), chunk=sw["chunk"]), "sweep")
+    sweep = None if sw is None else _make(SweepGrid, dict(grid=tuple(sw["grid"].items()), chunk=sw["chunk"],
+                                                         batching=sw["batching"]), "sweep")
     fl = raw["failures"]
     failures = None if fl is None else _make(FailureSet, dict(fl), "failures")
     return _make(Scenario, dict(name=raw["name"], fleet=fleet, routing=routing, training=tuple(training),

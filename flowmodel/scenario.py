@@ -105,10 +105,12 @@ class Search:
 
 @dataclasses.dataclass(frozen=True)
 class SweepGrid:
-    """The sweep section: link group -> values (the grid is every combination), points per call."""
+    """The sweep section: link group -> values (the grid is every combination), points per call, and
+    how the points are batched (``auto``: measured; ``vmap``; ``loop``)."""
 
     grid: tuple[tuple[str, tuple[float, ...]], ...]
     chunk: int | None = None
+    batching: str = "auto"
 
     def __post_init__(self):
         grid = tuple((str(g), tuple(float(v) for v in vs)) for g, vs in dict(self.grid).items())
@@ -120,6 +122,8 @@ class SweepGrid:
                 raise ValueError(f"sweep.grid.{group}: needs positive values, got {list(values)}")
         if self.chunk is not None:
             _whole("sweep.chunk", self.chunk)
+        if self.batching not in ("auto", "vmap", "loop"):
+            raise ValueError(f"sweep.batching: must be auto, vmap or loop, got {self.batching!r}")
 
     @property
     def axes(self) -> dict[str, tuple[float, ...]]:

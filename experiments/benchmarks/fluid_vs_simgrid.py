@@ -4,9 +4,11 @@
 
 Instance: k-ary fat-tree, capacities 50 GB/s x U(0.5, 1.5), distinct random host pairs with one random
 ECMP path each, sizes log-uniform in 1 MB - 1 GB (all distinct), all starting at 0. SimGrid re-solves
-at every completion; flowmodel resumes the water-filling at the pass where the completed flow's
-bottleneck froze, from a snapshot of the link state there. Also a collective-shaped case: one ring
-all-reduce step over 1,024 GPUs (homogeneous k=16), where all flows are equal and finish in one event.
+at every completion. flowmodel's two engines: ``host`` (the compiled CPU event loop: after a completion
+it re-fills only the flows its sequential solve froze since the completed flow's step) and ``xla`` (the
+JAX loop: resumes the water-filling at the pass where the completed flow's bottleneck froze, from a
+snapshot). Also a collective-shaped case: one ring all-reduce step over 1,024 GPUs (homogeneous k=16),
+where all flows are equal and finish in one event.
 """
 
 from __future__ import annotations
@@ -36,22 +38,35 @@ def instance(k, flows, seed=0):
     return ft, src, dst, routes, sizes
 
 
-def run_random(k, flows, repeats, use_simgrid):
+ENGINES = ("host", "xla")
+
+
+def time_engines(res, routes, sizes, cap, repeats, xla_repeats):
+    """Median seconds of ``fm.completion_events`` per engine (first call not timed); host finish times."""
+    finish = {}
+    for engine in ENGINES:
+        fn = lambda: fm.completion_events(routes, sizes, cap, engine=engine)  # noqa: E731
+        (finish[engine], events), res[f"{engine}_s"] = median_time(fn, repeats if engine == "host" else xla_repeats)
+        res[f"events_{engine}"] = event_count(events)
+    res["events"] = res["events_host"]
+    res["max_rel_diff_host_vs_xla"] = float(np.max(np.abs(np.asarray(finish["host"]) - np.asarray(finish["xla"]))
+                                                   / np.asarray(finish["xla"])))
+    return np.asarray(finish["host"])
+
+
+def peer(res, routes, sizes, cap, src, dst, finish):
+    theirs, res["simgrid_s"] = simgrid.completion_times(routes, sizes, cap, endpoints=(src, dst))
+    res["max_rel_diff_vs_simgrid"] = float(np.max(np.abs(finish - theirs) / theirs))
+    for engine in ENGINES:
+        res[f"x_simgrid_{engine}"] = res["simgrid_s"] / res[f"{engine}_s"]
+
+
+def run_random(k, flows, repeats, xla_repeats, use_simgrid):
     ft, src, dst, routes, sizes = instance(k, flows)
     res = {"case": f"k{k}-{flows}", "flows": flows}
-    t0 = time.perf_counter()
-    (finish, events) = fm.completion_events(routes, sizes, ft.capacity)
-    jax.block_until_ready(finish)
-    res["first_call_s"] = time.perf_counter() - t0
-    (finish, events), res["flowmodel_s"] = median_time(
-        lambda: fm.completion_events(routes, sizes, ft.capacity), repeats
-    )
-    res["events"] = event_count(events)
-    finish = np.asarray(finish)
+    finish = time_engines(res, routes, sizes, ft.capacity, repeats, xla_repeats)
     if use_simgrid and simgrid.available():
-        theirs, res["simgrid_s"] = simgrid.completion_times(routes, sizes, ft.capacity, endpoints=(src, dst))
-        res["max_rel_diff_vs_simgrid"] = float(np.max(np.abs(finish - theirs) / theirs))
-        res["speedup_vs_simgrid"] = res["simgrid_s"] / res["flowmodel_s"]
+        peer(res, routes, sizes, ft.capacity, src, dst, finish)
     return res, (routes, sizes, ft.capacity, finish)
 
 
@@ -63,14 +78,9 @@ def run_ring(repeats, use_simgrid):
     routes = ft.route(src, dst, np.random.default_rng(4))
     sizes = np.full(n, 2 * 1024**3 / n)  # one reduce-scatter step of a 2 GiB all-reduce
     res = {"case": "ring-1024", "flows": n}
-    (finish, events), res["flowmodel_s"] = median_time(
-        lambda: fm.completion_events(routes, sizes, ft.capacity), repeats
-    )
-    res["events"] = event_count(events)
+    finish = time_engines(res, routes, sizes, ft.capacity, repeats, repeats)
     if use_simgrid and simgrid.available():
-        theirs, res["simgrid_s"] = simgrid.completion_times(routes, sizes, ft.capacity, endpoints=(src, dst))
-        res["max_rel_diff_vs_simgrid"] = float(np.max(np.abs(np.asarray(finish) - theirs) / theirs))
-        res["speedup_vs_simgrid"] = res["simgrid_s"] / res["flowmodel_s"]
+        peer(res, routes, sizes, ft.capacity, src, dst, finish)
     return res
 
 
@@ -80,19 +90,21 @@ def main():
     ap.add_argument("--flows", type=int, default=10_000)
     ap.add_argument("--oracle-flows", type=int, default=1000, help="size of the instance checked against the oracle")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--xla-repeats", type=int, default=1, help="repeats of the XLA engine on the large instance")
     ap.add_argument("--no-simgrid", action="store_true")
     ap.add_argument("--json")
     args = ap.parse_args()
     results = []
 
-    small, (routes, sizes, cap, finish) = run_random(args.k, args.oracle_flows, args.repeats, not args.no_simgrid)
+    small, (routes, sizes, cap, finish) = run_random(args.k, args.oracle_flows, args.repeats, args.repeats,
+                                                     not args.no_simgrid)
     t0 = time.perf_counter()
     ref = fm.reference.completion_times(routes, sizes, cap)
     small["oracle_s"] = time.perf_counter() - t0
     small["max_rel_err_vs_oracle"] = float(np.max(np.abs(finish - ref) / ref))
     results.append(small)
     print(json.dumps(small), flush=True)
-    big, _ = run_random(args.k, args.flows, args.repeats, not args.no_simgrid)
+    big, _ = run_random(args.k, args.flows, args.repeats, args.xla_repeats, not args.no_simgrid)
     results.append(big)
     print(json.dumps(big), flush=True)
     ring = run_ring(args.repeats, not args.no_simgrid)
@@ -100,8 +112,9 @@ def main():
     print(json.dumps(ring), flush=True)
 
     print_table(results, [
-        ("case", "case", ""), ("flows", "flows", "d"), ("events", "events", "d"), ("flowmodel s", "flowmodel_s", ".3f"),
-        ("SimGrid s", "simgrid_s", ".3f"), ("speed-up", "speedup_vs_simgrid", ".2f"),
+        ("case", "case", ""), ("flows", "flows", "d"), ("events", "events", "d"), ("host s", "host_s", ".3f"),
+        ("xla s", "xla_s", ".3f"), ("SimGrid s", "simgrid_s", ".3f"), ("x SG host", "x_simgrid_host", ".2f"),
+        ("x SG xla", "x_simgrid_xla", ".2f"), ("host/xla", "max_rel_diff_host_vs_xla", ".1e"),
         ("vs SimGrid", "max_rel_diff_vs_simgrid", ".1e"), ("vs oracle", "max_rel_err_vs_oracle", ".1e"),
     ])
     write_json(args.json, results)

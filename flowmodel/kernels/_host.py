@@ -16,12 +16,16 @@ before the first one that froze a completed flow stands (those links never carri
 re-fill restarts there from per-link sums rebuilt in one O(F x H) sweep. Activations re-solve in full.
 
 Called from JAX through ``jax.pure_callback`` (``vmap_method="expand_dims"``): under ``jax.vmap`` one
-callback receives the whole batch, and the scenarios run in parallel over the host's cores.
+callback receives the whole batch, and the scenarios run in parallel on threads, one per core (the
+kernels release the GIL). Numba caches the compiled kernels on disk (``cache=True``): the first call
+in a fresh install compiles them (~10 s), later processes load them.
 """
 
 from __future__ import annotations
 
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import equinox as eqx
 import jax
@@ -48,6 +52,8 @@ def _csr(r, L):
     ptr = np.zeros(L + 1, np.int64)
     for f in range(F):
         for h in range(H):
+            if r[f, h] >= L or r[f, h] < -1:  # unchecked routes (check=False, or traced) must not index out of bounds
+                raise ValueError("routes name a link outside 0..L-1 (-1 pads)")
             if r[f, h] >= 0:
                 ptr[r[f, h] + 1] += 1
     for i in range(L):
@@ -257,31 +263,6 @@ def _solve(r, ptr, idx, cap, w, lim, present):
     return rates, pass_f, bneck, pass_l, share, wat, pass_f.max() + 1, left
 
 
-@_njit(parallel=True)
-def _solve_many(r, ptr, idx, cap, w, lim, present):
-    B, L = cap.shape
-    F = r.shape[0]
-    rates = np.zeros((B, F))
-    pass_f = np.empty((B, F), np.int32)
-    bneck = np.empty((B, F), np.int32)
-    pass_l = np.empty((B, L + 1), np.int32)
-    share = np.empty((B, L + 1))
-    wat = np.empty((B, L + 1))
-    num_passes = np.empty(B, np.int32)
-    left = np.empty(B, np.int32)
-    for i in nb.prange(B):
-        out = _solve(r, ptr, idx, cap[i], w[i], lim[i], present[i])
-        rates[i, :] = out[0]
-        pass_f[i, :] = out[1]
-        bneck[i, :] = out[2]
-        pass_l[i, :] = out[3]
-        share[i, :] = out[4]
-        wat[i, :] = out[5]
-        num_passes[i] = out[6]
-        left[i] = out[7]
-    return rates, pass_f, bneck, pass_l, share, wat, num_passes, left
-
-
 # ---- the fluid event loop ---------------------------------------------------------------------------
 
 # Re-fills after completions update the per-link frozen rates incrementally; every this many of them
@@ -436,33 +417,6 @@ def _simulate(r, ptr, idx, sizes, cap, w, lim, arrival, tie):
     return finish, time, cause, completes, first, last, k + 1, left, F - n_done
 
 
-@_njit(parallel=True)
-def _simulate_many(r, ptr, idx, sizes, cap, w, lim, arrival, tie):
-    B, F = sizes.shape
-    E = 2 * F + 1
-    finish = np.empty((B, F))
-    time = np.empty((B, E + 1))
-    cause = np.empty((B, E + 1), np.int32)
-    completes = np.empty((B, E + 1), np.bool_)
-    first = np.empty((B, F), np.int32)
-    last = np.empty((B, F), np.int32)
-    count = np.empty(B, np.int64)
-    left = np.empty(B, np.int64)
-    undone = np.empty(B, np.int64)
-    for i in nb.prange(B):
-        out = _simulate(r, ptr, idx, sizes[i], cap[i], w[i], lim[i], arrival[i], tie)
-        finish[i, :] = out[0]
-        time[i, :] = out[1]
-        cause[i, :] = out[2]
-        completes[i, :] = out[3]
-        first[i, :] = out[4]
-        last[i, :] = out[5]
-        count[i] = out[6]
-        left[i] = out[7]
-        undone[i] = out[8]
-    return finish, time, cause, completes, first, last, count, left, undone
-
-
 # ---- NumPy entry points (what the JAX callbacks run) ------------------------------------------------
 
 def _lead(args, ndims):
@@ -477,38 +431,42 @@ def _rows(a, nd, batch, dtype):
     return np.ascontiguousarray(np.broadcast_to(a, batch + base).reshape((math.prod(batch),) + base))
 
 
-def _batched(kernel, many, routes, values, ndims, L, extra=()):
-    """Run ``kernel`` (one scenario) or ``many`` (scenarios of shared routes, in parallel) over the batch
-    of ``values``; routes that differ per scenario run one at a time. Outputs get the batch shape."""
+def _batched(kernel, routes, values, ndims, L, extra=()):
+    """Run ``kernel`` (one scenario) over the batch of ``values``, the scenarios spread over the host's
+    cores (the kernels release the GIL); routes shared by the batch are indexed once. Outputs get the
+    batch shape."""
     batch = _lead((routes, *values), (2, *ndims))
     routes = np.asarray(routes)
     vals = [_rows(v, nd, batch, bool if np.asarray(v).dtype == bool else np.float64) for v, nd in zip(values, ndims)]
     B = vals[0].shape[0]
     if routes.ndim == 2 or all(d == 1 for d in routes.shape[:-2]):
         r = np.ascontiguousarray(routes.reshape(routes.shape[-2:]), np.int32)
-        ptr, idx = _csr(r, L)
-        if B == 1:
-            outs = [np.asarray(o)[None] for o in kernel(r, ptr, idx, *(v[0] for v in vals), *extra)]
-        else:
-            outs = many(r, ptr, idx, *vals, *extra)
+        csr = _csr(r, L)
+        one = lambda i: kernel(r, *csr, *(v[i] for v in vals), *extra)  # noqa: E731
     else:
         rows = _rows(routes, 2, batch, np.int32)
-        per = [kernel(rows[i], *_csr(rows[i], L), *(v[i] for v in vals), *extra) for i in range(B)]
-        outs = [np.stack([np.asarray(p[j]) for p in per]) for j in range(len(per[0]))]
-    return tuple(np.asarray(o).reshape(batch + np.shape(o)[1:]) for o in outs)
+        one = lambda i: kernel(rows[i], *_csr(rows[i], L), *(v[i] for v in vals), *extra)  # noqa: E731
+    workers = min(B, os.cpu_count() or 1)
+    if workers > 1:
+        with ThreadPoolExecutor(workers) as pool:
+            per = list(pool.map(one, range(B)))
+    else:
+        per = [one(i) for i in range(B)]
+    outs = [np.stack([np.asarray(p[j]) for p in per]) for j in range(len(per[0]))]
+    return tuple(o.reshape(batch + o.shape[1:]) for o in outs)
 
 
 def solve(routes, capacity, weights, rate_limit, present):
     """Max-min rates and structure, batched over any leading dimensions of the arguments: (rates,
     pass_of_flow, bottleneck, pass_of_link, share, weight_at, num_passes, unfrozen)."""
-    return _batched(_solve, _solve_many, routes, (capacity, weights, rate_limit, present), (1, 1, 1, 1),
+    return _batched(_solve, routes, (capacity, weights, rate_limit, present), (1, 1, 1, 1),
                     np.shape(capacity)[-1])
 
 
 def simulate(routes, sizes, capacity, weights, rate_limit, arrival, tie):
     """The fluid event loop, batched over leading dimensions: (finish, time, cause, completes, first,
     last, count, unfrozen, not completed)."""
-    return _batched(_simulate, _simulate_many, routes, (sizes, capacity, weights, rate_limit, arrival),
+    return _batched(_simulate, routes, (sizes, capacity, weights, rate_limit, arrival),
                     (1, 1, 1, 1, 1), np.shape(capacity)[-1], (tie,))
 
 

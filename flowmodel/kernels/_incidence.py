@@ -127,7 +127,7 @@ def prepare(routes, capacity, weights, rate_limit, check: bool):
     weights, rate_limit), the last two in capacity's dtype."""
     if np.ndim(capacity) != 1:
         raise ValueError(f"capacity must be 1-D [L], got shape {tuple(np.shape(capacity))}")
-    _checks.check_routes(routes, np.shape(capacity)[0])
+    _checks.check_routes(routes, np.shape(capacity)[0], values=check)
     F = np.shape(routes)[0]
     capacity = jnp.asarray(capacity)
     if not jnp.issubdtype(capacity.dtype, jnp.floating):
