@@ -131,7 +131,8 @@ def table(results: list[dict]) -> None:
             rows.append(row)
     print_table(rows, [
         ("instance", "instance", ""), ("engine", "engine", ""), ("kernel ms", "kernel", ".1f"),
-        ("call ms", "call", ".1f"), ("jit ms", "jit", ".1f"), ("jit_r ms", "jit_r", ".1f"), ("SimGrid ms", "simgrid", ".1f"),
+        ("call ms", "call", ".1f"), ("jit ms", "jit", ".1f"), ("jit_r ms", "jit_r", ".1f"),
+        ("SimGrid ms", "simgrid", ".1f"),
         ("x SG", "x_simgrid_kernel", ".2f"), ("x SG jit", "x_simgrid_jit", ".2f"), ("batch", "batch", "d"),
         ("vmap ms", "vmap", ".1f"), ("loop ms", "loop", ".1f"), ("vmap/loop", "vmap_over_loop", ".2f"),
         ("x SG/scen", "x_simgrid_per_scenario", ".2f"),
