@@ -144,6 +144,13 @@ def _fill(r, ptr, idx, cap, w, lim, order, n_cap, free, n_free, W, cnt, frz, rat
         while n > 0 and stale[heap[0]]:
             top = heap[0]
             stale[top] = False
+            if cnt[top] <= 0:  # no flows left on it: out of the heap
+                n -= 1
+                heap[0] = heap[n]
+                pos[heap[0]] = 0
+                if n > 0:
+                    _sift_down(heap, pos, key, 0, n)
+                continue
             key[top] = _share(cap, frz, W, cnt, top)
             _sift_down(heap, pos, key, 0, n)
         s = key[heap[0]] if n > 0 else _INF
@@ -208,6 +215,9 @@ def _empty(r, f):
 
 @_njit
 def _cap_order(w, lim):
+    """The flows with a finite cap by increasing cap level (a stable order), and how many there are."""
+    if not np.any(lim < _INF):
+        return np.empty(0, np.int64), 0
     level = lim / w
     order = np.argsort(level, kind="mergesort")
     n_cap = 0
