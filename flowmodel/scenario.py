@@ -33,6 +33,7 @@ import jax
 import networkx as nx
 import numpy as np
 
+from ._programs import Program
 from .fabric import FabricInfo, Fleet, Network, build, compile_fabric
 from .optimize import CostModel, Knob
 from .routing import POLICIES, Router, Unreachable
@@ -227,7 +228,8 @@ class Model:
 
     ``fleet`` and ``step_time`` are pure functions of the network (and WCMP logits): jit, vmap and
     differentiate them. ``evaluate`` runs the same function through a compiled program that this
-    object holds, one per :class:`Options` value.
+    object holds, one per :class:`Options` value (its routes and sizes are arguments of the program,
+    not constants folded into it: see ``flowmodel._programs``).
     """
 
     def __init__(self, scenario: Scenario, graph: nx.DiGraph, network: Network, info: FabricInfo, router: Router,
@@ -257,7 +259,7 @@ class Model:
         options = self.options if options is None else options
         residual_capacity(network.capacity, self.fixed_load, self.info)  # names an overfull link, concretely
         if options not in self._programs:
-            self._programs[options] = jax.jit(lambda net, lg: self.fleet(net, options, lg))
+            self._programs[options] = Program(lambda net, lg: self.fleet(net, options, lg))
         return self._programs[options](network, logits)
 
     def objective(self, options: Options | None = None) -> tuple[Callable, Callable]:
