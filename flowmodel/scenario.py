@@ -34,7 +34,7 @@ import networkx as nx
 import numpy as np
 
 from ._programs import Program
-from .fabric import FabricInfo, Fleet, Network, build, compile_fabric
+from .fabric import FabricInfo, Fleet, Network, build, build_table, compile_fabric, compile_table
 from .optimize import CostModel, Knob
 from .routing import POLICIES, Router, Unreachable
 from .steptime import (
@@ -232,12 +232,20 @@ class Model:
     not constants folded into it: see ``flowmodel._programs``).
     """
 
-    def __init__(self, scenario: Scenario, graph: nx.DiGraph, network: Network, info: FabricInfo, router: Router,
-                 plans: tuple[TrainingPlan, ...], fixed_load: np.ndarray,
+    def __init__(self, scenario: Scenario, graph: nx.DiGraph | None, network: Network, info: FabricInfo,
+                 router: Router, plans: tuple[TrainingPlan, ...], fixed_load: np.ndarray,
                  transfers: tuple[tuple[str, RoutedPhase], ...], lost: dict[str, str]):
-        self.scenario, self.graph, self.network, self.info, self.router = scenario, graph, network, info, router
+        self.scenario, self._graph, self.network, self.info, self.router = scenario, graph, network, info, router
         self.plans, self.fixed_load, self.transfers, self.lost = plans, fixed_load, transfers, lost
         self._programs: dict[Options, Callable] = {}
+
+    @property
+    def graph(self) -> nx.DiGraph:
+        """The fabric graph (``graph=None`` at construction: the scenario's fleet, built on first use;
+        ``prepare`` compiles a fleet without building its graph)."""
+        if self._graph is None:
+            self._graph = build(self.scenario.fleet)
+        return self._graph
 
     @property
     def options(self) -> Options:
@@ -286,8 +294,7 @@ def prepare(scenario: Scenario, *, graph: nx.DiGraph | None = None, drop_lost: b
         warnings.warn(message, ScenarioWarning, stacklevel=2)
     r = scenario.routing
     say("build fabric")
-    g = build(scenario.fleet) if graph is None else graph
-    network, info = compile_fabric(g)
+    network, info = compile_table(build_table(scenario.fleet)) if graph is None else compile_fabric(graph)
     router = Router(info, max_paths=r.max_paths, site_paths=r.site_paths, seed=r.seed)
     check_workloads(scenario.training, scenario.inference, scenario.background, num_gpus=info.num_gpus)
     say("route workloads")
@@ -315,4 +322,4 @@ def prepare(scenario: Scenario, *, graph: nx.DiGraph | None = None, drop_lost: b
                 raise
             lost[inf.name] = str(e)
     transfers = tuple(transfers)
-    return Model(scenario, g, network, info, router, tuple(plans), fixed, transfers, lost)
+    return Model(scenario, graph, network, info, router, tuple(plans), fixed, transfers, lost)
