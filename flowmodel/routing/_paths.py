@@ -468,11 +468,14 @@ class Router:
             parts.append((flows, block, eqs[m]))
 
         width = max((p[1].shape[1] for p in parts), default=1)
-        links = np.full((sum(p[0].size for p in parts), width), -1, np.int32)
-        row = 0
-        for _, block, _ in parts:
-            links[row:row + block.shape[0], :block.shape[1]] = block
-            row += block.shape[0]
+        if len(parts) == 1:
+            links = parts[0][1].astype(np.int32, copy=False)
+        else:
+            links = np.full((sum(p[0].size for p in parts), width), -1, np.int32)
+            row = 0
+            for _, block, _ in parts:
+                links[row:row + block.shape[0], :block.shape[1]] = block
+                row += block.shape[0]
         flow = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
         eq = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, bool)
         count = np.bincount(flow, minlength=F).astype(np.int64)
@@ -515,7 +518,7 @@ def _stack(parts, num_pairs: int):
     width = max((int(n.max(initial=0)) for n in lengths), default=0)
     blocks = []
     for (q, segs, _), n in zip(parts, lengths):
-        block = np.full((q.size, width), -1, np.int64)
+        block = np.full((q.size, width), -1, np.int32)
         offset = np.zeros(q.size, np.int64)
         for links, lens in segs:  # -1 padding past a segment's end is overwritten by the next segment
             for o in np.unique(offset).tolist():

@@ -121,13 +121,14 @@ def _draw(out, pos, n, live):
     return value
 
 
-def sample_sorted(keys: list[str], totals: np.ndarray, budget: int) -> np.ndarray:
+def sample_sorted(keys: list[str], totals: np.ndarray, budget: int, *, outputs: int | None = None) -> np.ndarray:
     """int64[K, budget]: ``sorted(random.Random(keys[k]).sample(range(totals[k]), budget))`` per key
-    (every total must exceed ``budget``)."""
+    (every total must exceed ``budget``). ``outputs``: generator outputs made per key (default
+    ``4 * budget + 32``, at most 227); a key that needs more is drawn with ``random.Random``."""
     totals = np.asarray(totals, np.int64)
     K = totals.size
     result = np.zeros((K, budget), np.int64)
-    count = min(_N - _M, 4 * budget + 32)  # outputs made per key; ~1.3 per draw are used
+    count = min(_N - _M, outputs or 4 * budget + 32)  # outputs made per key; ~1.3 per draw are used
     setsize = 21 + (4 ** math.ceil(math.log(budget * 3, 4)) if budget > 5 else 0)  # random.sample's switch
     for lo in range(0, K, _CHUNK):
         hi = min(K, lo + _CHUNK)
