@@ -292,33 +292,30 @@ class Router:
             out.append((np.full(lens.size, q), [(block, lens)], eq))
         rest = np.flatnonzero(~same & ~related)
         ca, cb = t.node_class[a[rest]], t.node_class[b[rest]]
-        within, across = [], []  # (pairs, ancestor positions in a's list, in b's list); pairs
+        within, across = [], []  # (pairs, ancestor positions in a's list, in b's list, classes); pairs
         for (x, y), members in _groups(ca * (t.num_classes + 1) + cb, rest, t.num_classes + 1):
             pa, pb = self._common(t, x, y)
             if pa.size:
-                within.append((members, pa, pb))
+                within.append((members, pa, pb, (x, y)))
             else:
                 across.append(members)
 
-        def slots(members, pa, pb):  # entries of a and of b for each (pair, common ancestor), and path counts
-            ea, eb = t.first[a[members]][:, None] + pa[None, :], t.first[b[members]][:, None] + pb[None, :]
-            return ea, eb, t.up_count[ea] * t.down_count[eb]
-
         if within:  # within a site: every up path to a common ancestor times every down path from it
-            pairs = np.concatenate([m for m, _, _ in within])
-            totals = np.concatenate([slots(*w)[2].sum(axis=1) for w in within])
+            pairs = np.concatenate([m for m, _, _, _ in within])
+            # paths through each common ancestor: the same for every pair of a class pair
+            sizes = [t.up_count[t.class_entries(x)[pa]] * t.down_count[t.class_entries(y)[pb]]
+                     for _, pa, pb, (x, y) in within]
+            totals = np.concatenate([np.full(m.size, n.sum()) for (m, _, _, _), n in zip(within, sizes)])
             owner, index = self._pick(totals, self.max_paths, a[pairs], b[pairs])
-            bounds = np.searchsorted(owner, np.cumsum([0] + [m.size for m, _, _ in within]))
+            bounds = np.searchsorted(owner, np.cumsum([0] + [m.size for m, _, _, _ in within]))
             lo_pair = 0
-            for (members, pa, pb), lo, hi in zip(within, bounds[:-1], bounds[1:]):
-                ea, eb, size = slots(members, pa, pb)
+            for (members, pa, pb, _), size, lo, hi in zip(within, sizes, bounds[:-1], bounds[1:]):
                 o, i = owner[lo:hi] - lo_pair, index[lo:hi]
                 lo_pair += members.size
-                end = np.cumsum(size, axis=1)
-                base = np.r_[0, end[:-1, -1]].cumsum() if members.size else np.zeros(0, np.int64)
-                c = np.searchsorted((end + base[:, None]).reshape(-1), base[o] + i, side="right") - o * pa.size
-                k = end[o, c] - size[o, c]  # paths before slot c
-                e_up, e_down = ea[o, c], eb[o, c]
+                end = np.cumsum(size)
+                c = np.searchsorted(end, i, side="right")  # the common ancestor of each sampled path
+                k = end[c] - size[c]  # paths before it
+                e_up, e_down = t.first[a[members[o]]] + pa[c], t.first[b[members[o]]] + pb[c]
                 d = t.down_count[e_down]
                 up, down = t.up_first[e_up] + (i - k) // d, t.down_first[e_down] + (i - k) % d
                 out.append((members[o], [(t.up_links[up], t.up_len[up]), (t.down_links[down], t.down_len[down])],
@@ -476,8 +473,8 @@ class Router:
             for _, block, _ in parts:
                 links[row:row + block.shape[0], :block.shape[1]] = block
                 row += block.shape[0]
-        flow = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
-        eq = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, bool)
+        flow = np.concatenate([p[0] for p in parts]) if len(parts) != 1 else parts[0][0]
+        eq = np.concatenate([p[2] for p in parts]) if len(parts) != 1 else parts[0][2]
         count = np.bincount(flow, minlength=F).astype(np.int64)
         lost = np.flatnonzero(count == 0)
         if lost.size and unreachable == "raise":
@@ -489,7 +486,7 @@ class Router:
         else:  # the same order, cheaper
             order = np.argsort(flow, kind="stable") if np.any(flow[1:] < flow[:-1]) else slice(None)
         first = np.concatenate([[0], np.cumsum(count)[:-1]])
-        num_equal = np.bincount(flow[eq], minlength=F).astype(np.int64)
+        num_equal = count if eq.all() else np.bincount(flow[eq], minlength=F).astype(np.int64)
         return Candidates(src=src, dst=dst, links=links[order], flow=flow[order], equal_cost=eq[order],
                           first=first, count=count, num_equal=num_equal, unreachable=lost)
 
@@ -548,8 +545,9 @@ class _PathTable:
     up_count`` of ``up_links`` in the order ``_up_paths`` lists them (lexicographic in link indices);
     its down paths (ancestor -> node, over the reverse links; those missing a reverse link dropped)
     rows ``down_first : down_first + down_count`` of ``down_links``. ``hops``: the first up path's
-    length. Nodes with the same (ancestor, hops) list share a class (``node_class``), and so share
-    their lowest common ancestors with any other class.
+    length. Nodes with the same (ancestor, hops, up and down path counts) list share a class
+    (``node_class``), and so share their lowest common ancestors, and the number of paths through
+    each, with any other class.
     """
 
     num_nodes: int
@@ -650,7 +648,7 @@ class _PathTable:
         class_node = []
         for n in np.flatnonzero(need).tolist():
             lo, hi = first[n], first[n] + count[n]
-            key = anc[lo:hi].tobytes() + b"|" + hops[lo:hi].tobytes()
+            key = b"|".join(x[lo:hi].tobytes() for x in (anc, hops, up_count, down_count))
             if key not in classes:
                 classes[key] = len(class_node)
                 class_node.append(n)
