@@ -69,6 +69,28 @@ class FabricTable:
         return g
 
 
+class GraphBuilder:
+    """Adds nodes and links to a graph one at a time (the ASTRA-sim importer's builder)."""
+
+    def __init__(self):
+        self.g = nx.DiGraph(groups={})
+        self.count = 0
+
+    def group(self, name: str, kind: str, value: float) -> str:
+        self.g.graph["groups"][name] = {"kind": kind, "value": float(value),
+                                        "unit": "bytes/s" if kind == CAPACITY else "ratio"}
+        return name
+
+    def link(self, u, v, *, direction, **attrs):
+        self.g.add_edge(u, v, link=self.count, direction=direction, **attrs)
+        self.count += 1
+
+    def cable(self, lower, upper, *, capacity, coef, **attrs):
+        """Two directed links, lower -> upper first."""
+        self.link(lower, upper, direction="up", capacity=capacity, coef=coef, **attrs)
+        self.link(upper, lower, direction="down", capacity=capacity, coef=coef, **attrs)
+
+
 class Builder:
     """Collects nodes and links block by block (a block: many links with the same attributes)."""
 
