@@ -240,3 +240,16 @@ def test_program_equals_jit_and_retraces_per_signature():
         np.testing.assert_array_equal(got["s"], want["s"])
         np.testing.assert_array_equal(got["t"], want["t"])
     assert len(p._compiled) == 3  # scalar, scalar + scalar, vector
+
+
+def test_stack_joins_segments_of_mixed_lengths_row_by_row():
+    from flowmodel.routing._paths import _stack
+
+    up = np.array([[1, -1], [2, 3], [4, -1]])
+    down = np.array([[5, 6], [7, -1], [8, 9]])
+    pair, links, lengths, eq, first = _stack([(np.array([0, 0, 1]), [(up, np.array([1, 2, 1])),
+                                                                     (down, np.array([2, 1, 2]))],
+                                               np.ones(3, bool))], 2)
+    np.testing.assert_array_equal(links, [[1, 5, 6], [2, 3, 7], [4, 8, 9]])
+    np.testing.assert_array_equal(lengths, [3, 3, 3])
+    np.testing.assert_array_equal(first, [0, 2])

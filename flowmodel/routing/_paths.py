@@ -262,18 +262,16 @@ class Router:
         int arrays, or ints shared by every k."""
         totals = np.asarray(totals, np.int64)
         small = totals <= budget
-        owner = np.repeat(np.flatnonzero(small), totals[small])
-        index = np.arange(owner.size) - np.repeat(np.cumsum(totals[small]) - totals[small], totals[small])
+        count = np.minimum(totals, budget)
+        owner = np.repeat(np.arange(totals.size), count)
+        index = np.arange(owner.size) - np.repeat(np.cumsum(count) - count, count)  # all of a small total
         big = np.flatnonzero(~small)
         if big.size:
             columns = [np.broadcast_to(k, totals.shape)[big].tolist() for k in key]
             names = [f"{self.seed}/" + "/".join(map(str, k)) for k in zip(*columns)] if len(key) != 2 else \
                 [f"{self.seed}/{x}/{y}" for x, y in zip(*columns)]  # str(seed) like _sample's seeds
-            picks = sample_sorted(names, totals[big], budget)
-            owner = np.concatenate([owner, np.repeat(big, budget)])
-            index = np.concatenate([index, picks.reshape(-1)])
-        order = np.argsort(owner, kind="stable")
-        return owner[order], index[order]
+            index[~small[owner]] = sample_sorted(names, totals[big], budget).reshape(-1)
+        return owner, index
 
     def _middles(self, a: np.ndarray, b: np.ndarray):
         """Candidates between switches ``a[q]`` and ``b[q]`` (NIC links excluded) for every pair q, as
@@ -473,8 +471,8 @@ class Router:
             for _, block, _ in parts:
                 links[row:row + block.shape[0], :block.shape[1]] = block
                 row += block.shape[0]
-        flow = np.concatenate([p[0] for p in parts]) if len(parts) != 1 else parts[0][0]
-        eq = np.concatenate([p[2] for p in parts]) if len(parts) != 1 else parts[0][2]
+        flow = np.concatenate([p[0] for p in parts] or [np.zeros(0, np.int64)]) if len(parts) != 1 else parts[0][0]
+        eq = np.concatenate([p[2] for p in parts] or [np.zeros(0, bool)]) if len(parts) != 1 else parts[0][2]
         count = np.bincount(flow, minlength=F).astype(np.int64)
         lost = np.flatnonzero(count == 0)
         if lost.size and unreachable == "raise":
@@ -517,12 +515,13 @@ def _stack(parts, num_pairs: int):
     for (q, segs, _), n in zip(parts, lengths):
         block = np.full((q.size, width), -1, np.int32)
         offset = np.zeros(q.size, np.int64)
-        for links, lens in segs:  # -1 padding past a segment's end is overwritten by the next segment
-            for o in np.unique(offset).tolist():
+        for links, lens in segs if q.size else ():  # -1 padding past a segment's end: the next one's
+            same = (offset == offset[0]).all()
+            for o in [int(offset[0])] if same else np.flatnonzero(np.bincount(offset)).tolist():
                 w = min(links.shape[1], width - o)
                 if w <= 0:
                     continue
-                if offset[0] == offset[-1] == o:  # the usual case: every row at the same offset
+                if same:  # the usual case: every row at the same offset
                     block[:, o:o + w] = links[:, :w]
                 else:
                     rows = offset == o
