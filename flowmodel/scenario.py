@@ -33,7 +33,8 @@ import jax
 import networkx as nx
 import numpy as np
 
-from .fabric import FabricInfo, Fleet, Network, build, compile_fabric
+from ._programs import Program
+from .fabric import FabricInfo, Fleet, Network, build, build_table, compile_fabric, compile_table
 from .optimize import CostModel, Knob
 from .routing import POLICIES, Router, Unreachable
 from .steptime import (
@@ -231,15 +232,24 @@ class Model:
 
     ``fleet`` and ``step_time`` are pure functions of the network (and WCMP logits): jit, vmap and
     differentiate them. ``evaluate`` runs the same function through a compiled program that this
-    object holds, one per :class:`Options` value.
+    object holds, one per :class:`Options` value (its routes and sizes are arguments of the program,
+    not constants folded into it: see ``flowmodel._programs``).
     """
 
-    def __init__(self, scenario: Scenario, graph: nx.DiGraph, network: Network, info: FabricInfo, router: Router,
-                 plans: tuple[TrainingPlan, ...], fixed_load: np.ndarray,
+    def __init__(self, scenario: Scenario, graph: nx.DiGraph | None, network: Network, info: FabricInfo,
+                 router: Router, plans: tuple[TrainingPlan, ...], fixed_load: np.ndarray,
                  transfers: tuple[tuple[str, RoutedPhase], ...], lost: dict[str, str]):
-        self.scenario, self.graph, self.network, self.info, self.router = scenario, graph, network, info, router
+        self.scenario, self._graph, self.network, self.info, self.router = scenario, graph, network, info, router
         self.plans, self.fixed_load, self.transfers, self.lost = plans, fixed_load, transfers, lost
         self._programs: dict[Options, Callable] = {}
+
+    @property
+    def graph(self) -> nx.DiGraph:
+        """The fabric graph (``graph=None`` at construction: the scenario's fleet, built on first use;
+        ``prepare`` compiles a fleet without building its graph)."""
+        if self._graph is None:
+            self._graph = build(self.scenario.fleet)
+        return self._graph
 
     @property
     def options(self) -> Options:
@@ -261,7 +271,7 @@ class Model:
         options = self.options if options is None else options
         residual_capacity(network.capacity, self.fixed_load, self.info)  # names an overfull link, concretely
         if options not in self._programs:
-            self._programs[options] = jax.jit(lambda net, lg: self.fleet(net, options, lg))
+            self._programs[options] = Program(lambda net, lg: self.fleet(net, options, lg))
         return self._programs[options](network, logits)
 
     def objective(self, options: Options | None = None) -> tuple[Callable, Callable]:
@@ -288,8 +298,7 @@ def prepare(scenario: Scenario, *, graph: nx.DiGraph | None = None, drop_lost: b
         warnings.warn(message, ScenarioWarning, stacklevel=2)
     r = scenario.routing
     say("build fabric")
-    g = build(scenario.fleet) if graph is None else graph
-    network, info = compile_fabric(g)
+    network, info = compile_table(build_table(scenario.fleet)) if graph is None else compile_fabric(graph)
     router = Router(info, max_paths=r.max_paths, site_paths=r.site_paths, seed=r.seed)
     check_workloads(scenario.training, scenario.inference, scenario.background, num_gpus=info.num_gpus)
     say("route workloads")
@@ -317,4 +326,4 @@ def prepare(scenario: Scenario, *, graph: nx.DiGraph | None = None, drop_lost: b
                 raise
             lost[inf.name] = str(e)
     transfers = tuple(transfers)
-    return Model(scenario, g, network, info, router, tuple(plans), fixed, transfers, lost)
+    return Model(scenario, graph, network, info, router, tuple(plans), fixed, transfers, lost)

@@ -17,13 +17,16 @@ to a ``Network`` (capacity and latency per directed link) and its ``FabricInfo``
 
 from ._astra import from_astra as from_astra
 from ._astra import read_astra as read_astra
+from ._build import FabricTable as FabricTable
 from ._build import build as build
+from ._build import build_table as build_table
 from ._failures import fail as fail
 from ._network import FabricInfo as FabricInfo
 from ._network import LinkGroup as LinkGroup
 from ._network import Network as Network
 from ._network import apply_groups as apply_groups
 from ._network import compile_fabric as compile_fabric
+from ._network import compile_table as compile_table
 from ._network import group_values as group_values
 from ._network import to_networkx as to_networkx
 from ._spec import FIBRE_DELAY_S_PER_KM as FIBRE_DELAY_S_PER_KM

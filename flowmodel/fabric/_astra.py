@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import yaml
 
-from ._build import CAPACITY, Builder
+from ._build import CAPACITY, GraphBuilder
 from ._tags import Kind
 
 TOPOLOGIES = ("Ring", "FullyConnected", "Switch")
@@ -58,7 +58,7 @@ def from_astra(spec):
     counts = list(spec["npus_count"])
     total = int(np.prod(counts))
     strides = np.cumprod([1] + counts[:-1])
-    b = Builder()
+    b = GraphBuilder()
     b.g.graph["num_gpus"] = total
     b.g.graph["astra"] = {"topology": list(spec["topology"]), "npus_count": counts}
     for i in range(total):

@@ -14,15 +14,64 @@ The graph's ``graph["groups"]`` maps each group name to its kind, build value an
 
 from __future__ import annotations
 
+import dataclasses
+
 import networkx as nx
+import numpy as np
 
 from ._spec import Clos, Fleet, ScaleUp, Site
 from ._tags import Kind, Tier
 
 CAPACITY, OVERSUBSCRIPTION = "capacity", "oversubscription"
+_LINK_ATTRS = ("capacity", "coef", "latency", "length_km", "tier", "direction", "site", "group")
 
 
-class Builder:
+@dataclasses.dataclass(frozen=True, eq=False)
+class FabricTable:
+    """The built fleet as arrays, in build order: what ``build`` turns into a graph and
+    ``compile_fabric`` reads back (``compile_table`` reads it directly, without the graph).
+
+    Nodes ``names[i]`` with ``kind``, ``site`` (str[N]), ``rank`` and ``domain`` (int64[N], -1 where
+    the attribute is absent: rank for non-GPUs, domain for leaves and above); links ``src -> dst``
+    (int64[L] node indices) with the attributes of ``_LINK_ATTRS`` (arrays of L); ``groups`` as in
+    ``graph["groups"]``; ``num_gpus``.
+    """
+
+    names: list[str]
+    kind: np.ndarray
+    site: np.ndarray
+    rank: np.ndarray
+    domain: np.ndarray
+    has_domain: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    links: dict[str, np.ndarray]
+    groups: dict[str, dict]
+    num_gpus: int
+
+    def to_graph(self) -> nx.DiGraph:
+        g = nx.DiGraph(groups={k: dict(v) for k, v in self.groups.items()}, num_gpus=self.num_gpus)
+        kind, site, rank, domain = (x.tolist() for x in (self.kind, self.site, self.rank, self.domain))
+        has_domain = self.has_domain.tolist()
+        nodes = []
+        for i, name in enumerate(self.names):
+            attrs = {"kind": kind[i], "site": site[i]}
+            if rank[i] >= 0:
+                attrs["rank"] = rank[i]
+            if has_domain[i]:
+                attrs["domain"] = domain[i]
+            nodes.append((name, attrs))
+        g.add_nodes_from(nodes)
+        columns = [self.links[k].tolist() for k in _LINK_ATTRS]
+        names = self.names
+        g.add_edges_from((names[u], names[v], dict(zip(_LINK_ATTRS, values), link=i))
+                         for i, (u, v, *values) in enumerate(zip(self.src.tolist(), self.dst.tolist(), *columns)))
+        return g
+
+
+class GraphBuilder:
+    """Adds nodes and links to a graph one at a time (the ASTRA-sim importer's builder)."""
+
     def __init__(self):
         self.g = nx.DiGraph(groups={})
         self.count = 0
@@ -42,75 +91,119 @@ class Builder:
         self.link(upper, lower, direction="down", capacity=capacity, coef=coef, **attrs)
 
 
-def _add_scale_up(b: Builder, site: Site, su: ScaleUp, first_domain: int) -> None:
+class Builder:
+    """Collects nodes and links block by block (a block: many links with the same attributes)."""
+
+    def __init__(self):
+        self.names: list[str] = []
+        self.node_cols: dict[str, list] = {"kind": [], "site": [], "rank": [], "domain": [], "has_domain": []}
+        self.index: dict[str, int] = {}
+        self.blocks: list[tuple[np.ndarray, np.ndarray, dict]] = []
+        self.groups: dict[str, dict] = {}
+
+    def group(self, name: str, kind: str, value: float) -> str:
+        self.groups[name] = {"kind": kind, "value": float(value), "unit": "bytes/s" if kind == CAPACITY else "ratio"}
+        return name
+
+    def nodes(self, names: list[str], kind: str, site: str, *, rank=None, domain=None) -> np.ndarray:
+        """Adds the nodes; returns their indices."""
+        first = len(self.names)
+        self.names.extend(names)
+        n = len(names)
+        self.index.update(zip(names, range(first, first + n)))
+        cols = self.node_cols
+        cols["kind"].extend([kind] * n)
+        cols["site"].extend([site] * n)
+        cols["rank"].extend([-1] * n if rank is None else list(rank))
+        cols["domain"].extend([-1] * n if domain is None else list(domain))
+        cols["has_domain"].extend([domain is not None] * n)
+        return np.arange(first, first + n)
+
+    def links(self, u, v, *, direction, **attrs):
+        """Links u[i] -> v[i] (node indices), in order."""
+        u, v = np.asarray(u, np.int64).reshape(-1), np.asarray(v, np.int64).reshape(-1)
+        self.blocks.append((u, v, dict(attrs, direction=direction)))
+
+    def cables(self, lower, upper, *, capacity, coef, **attrs):
+        """Two directed links per cable, lower -> upper first (cable by cable)."""
+        lower, upper = np.asarray(lower, np.int64).reshape(-1), np.asarray(upper, np.int64).reshape(-1)
+        self.links(np.stack([lower, upper], 1), np.stack([upper, lower], 1),
+                   direction=np.tile(np.array(["up", "down"]), lower.size), capacity=capacity, coef=coef, **attrs)
+
+    def table(self, num_gpus: int) -> FabricTable:
+        src = np.concatenate([b[0] for b in self.blocks]) if self.blocks else np.zeros(0, np.int64)
+        dst = np.concatenate([b[1] for b in self.blocks]) if self.blocks else np.zeros(0, np.int64)
+        links = {}
+        for key in _LINK_ATTRS:
+            parts = [np.broadcast_to(np.asarray(b[2][key]), b[0].shape) for b in self.blocks]
+            links[key] = np.concatenate(parts) if parts else np.zeros(0)
+        links["capacity"], links["coef"] = links["capacity"].astype(np.float64), links["coef"].astype(np.float64)
+        links["latency"], links["length_km"] = links["latency"].astype(np.float64), links["length_km"].astype(np.float64)
+        c = self.node_cols
+        return FabricTable(names=self.names, kind=np.array(c["kind"]), site=np.array(c["site"]),
+                           rank=np.array(c["rank"], np.int64), domain=np.array(c["domain"], np.int64),
+                           has_domain=np.array(c["has_domain"], bool), src=src, dst=dst, links=links,
+                           groups=self.groups, num_gpus=num_gpus)
+
+
+def _add_scale_up(b: Builder, site: Site, su: ScaleUp, first_domain: int, gpus: np.ndarray) -> None:
     name = site.name
     group = b.group(f"{name}/scale_up", CAPACITY, su.bandwidth)
     common = dict(tier=Tier.SCALE_UP, site=name, group=group, length_km=0.0)
-    for d in range(site.num_gpus // su.size):
-        gpus = [f"{name}/gpu{d * su.size + i}" for i in range(su.size)]
-        if su.topology == "switch":
-            switch = f"{name}/nvswitch{d}"
-            b.g.add_node(switch, kind=Kind.SCALE_UP_SWITCH, site=name, domain=first_domain + d)
-            for gpu in gpus:
-                b.cable(gpu, switch, capacity=su.bandwidth, coef=1.0, latency=su.latency / 2, **common)
-        elif su.size > 1:
-            share = 1.0 / (su.size - 1)
-            for a in gpus:
-                for c in gpus:
-                    if a != c:
-                        b.link(a, c, direction="across", capacity=su.bandwidth * share, coef=share,
-                               latency=su.latency, **common)
+    domains = site.num_gpus // su.size
+    if su.topology == "switch":
+        switches = b.nodes([f"{name}/nvswitch{d}" for d in range(domains)], Kind.SCALE_UP_SWITCH, name,
+                           domain=range(first_domain, first_domain + domains))
+        members = np.arange(domains * su.size)
+        b.cables(gpus[members], switches[members // su.size], capacity=su.bandwidth, coef=1.0,
+                 latency=su.latency / 2, **common)
+    elif su.size > 1:
+        share = 1.0 / (su.size - 1)
+        a, c = np.nonzero(~np.eye(su.size, dtype=bool))  # every ordered pair of a domain, a-major
+        base = (np.arange(domains) * su.size)[:, None]
+        b.links(gpus[base + a], gpus[base + c], direction="across", capacity=su.bandwidth * share, coef=share,
+                latency=su.latency, **common)
 
 
-def _leaf_of_gpu(i: int, clos: Clos, domain_size: int) -> int:
+def _leaf_of_gpu(i, clos: Clos, domain_size: int):
     if not clos.rail_optimized:
         return i // clos.gpus_per_leaf
-    server, rail = divmod(i, domain_size)
+    server, rail = np.divmod(i, domain_size)
     return (server // clos.gpus_per_leaf) * domain_size + rail
 
 
-def _add_scale_out(b: Builder, site: Site, clos: Clos) -> list[str]:
+def _add_scale_out(b: Builder, site: Site, clos: Clos, gpus: np.ndarray) -> np.ndarray:
     """Adds the Clos of ``site``; returns its top-tier switches (where the border attaches)."""
     name, nic = site.name, clos.nic_bandwidth
     S, A, P, Lp = clos.spines_per_pod, clos.aggs_per_plane, clos.pods, clos.leaves_per_pod
     common = dict(site=name, latency=clos.latency, length_km=0.0)
     domain_size = site.scale_up.size if site.scale_up is not None else 1
 
-    leaf = [f"{name}/leaf{i}" for i in range(Lp * P)]
-    spine = [f"{name}/spine{i}" for i in range(S * P)]  # spine j of pod p is p * S + j
-    for n in leaf:
-        b.g.add_node(n, kind=Kind.LEAF, site=name)
-    for n in spine:
-        b.g.add_node(n, kind=Kind.SPINE, site=name)
+    leaf = b.nodes([f"{name}/leaf{i}" for i in range(Lp * P)], Kind.LEAF, name)
+    spine = b.nodes([f"{name}/spine{i}" for i in range(S * P)], Kind.SPINE, name)  # spine j of pod p is p * S + j
 
     g_nic = b.group(f"{name}/nic", CAPACITY, nic)
-    for i in range(clos.num_gpus):
-        b.cable(f"{name}/gpu{i}", leaf[_leaf_of_gpu(i, clos, domain_size)], capacity=nic, coef=1.0,
-                tier=Tier.NIC, group=g_nic, **common)
+    i = np.arange(clos.num_gpus)
+    b.cables(gpus[i], leaf[_leaf_of_gpu(i, clos, domain_size)], capacity=nic, coef=1.0, tier=Tier.NIC,
+             group=g_nic, **common)
 
     r0 = clos.oversubscription[0]
     leaf_spine_coef = clos.gpus_per_leaf * nic / S
     g_leaf = b.group(f"{name}/leaf_up", OVERSUBSCRIPTION, r0)
-    for i in range(Lp * P):
-        pod = i // Lp
-        for j in range(S):
-            b.cable(leaf[i], spine[pod * S + j], capacity=leaf_spine_coef / r0, coef=leaf_spine_coef,
-                    tier=Tier.LEAF_SPINE, group=g_leaf, **common)
+    i, j = np.divmod(np.arange(Lp * P * S), S)  # leaf i, spine j of its pod
+    b.cables(leaf[i], spine[(i // Lp) * S + j], capacity=leaf_spine_coef / r0, coef=leaf_spine_coef,
+             tier=Tier.LEAF_SPINE, group=g_leaf, **common)
     spine_down = Lp * leaf_spine_coef / r0
     if clos.tiers == 2:
         return spine
 
     r1 = clos.oversubscription[1]
-    agg = [f"{name}/aggregation{i}" for i in range(S * A)]  # aggregation a of plane j is j * A + a
-    for n in agg:
-        b.g.add_node(n, kind=Kind.AGGREGATION, site=name)
+    agg = b.nodes([f"{name}/aggregation{i}" for i in range(S * A)], Kind.AGGREGATION, name)  # agg a of plane j: j * A + a
     g_spine = b.group(f"{name}/spine_up", OVERSUBSCRIPTION, r1)
     spine_agg_coef = spine_down / A
-    for pod in range(P):
-        for j in range(S):
-            for a in range(A):
-                b.cable(spine[pod * S + j], agg[j * A + a], capacity=spine_agg_coef / r1, coef=spine_agg_coef,
-                        tier=Tier.SPINE_AGGREGATION, group=g_spine, **common)
+    pod, j, a = np.unravel_index(np.arange(P * S * A), (P, S, A))
+    b.cables(spine[pod * S + j], agg[j * A + a], capacity=spine_agg_coef / r1, coef=spine_agg_coef,
+             tier=Tier.SPINE_AGGREGATION, group=g_spine, **common)
     return agg
 
 
@@ -129,37 +222,39 @@ def build(fleet: Fleet) -> nx.DiGraph:
     Link order is the build order: sites in order (scale-up, NIC, leaf-spine, spine-aggregation,
     border links), then long-haul links in order; each cable's up (or a -> b) link comes first.
     """
+    return build_table(fleet).to_graph()
+
+
+def build_table(fleet: Fleet) -> FabricTable:
+    """The fleet as arrays, in the order and with the attributes ``build`` gives its graph."""
     b = Builder()
-    b.g.graph["num_gpus"] = fleet.num_gpus
     rank = domain = 0
     multi_site = len(fleet.sites) > 1
+    border = {}
     for site in fleet.sites:
         if multi_site and site.scale_out is None:
             raise ValueError(f"sites[{site.name}].scale_out: a site joined by long-haul links needs a "
                              "scale-out fabric to reach its border")
         su = site.scale_up
-        for i in range(site.num_gpus):
-            b.g.add_node(f"{site.name}/gpu{i}", kind=Kind.GPU, site=site.name, rank=rank + i,
-                         domain=domain + i // su.size if su is not None else -1)
+        i = np.arange(site.num_gpus)
+        gpus = b.nodes([f"{site.name}/gpu{k}" for k in range(site.num_gpus)], Kind.GPU, site.name,
+                       rank=(rank + i).tolist(), domain=(domain + i // su.size if su is not None else i * 0 - 1).tolist())
         if su is not None:
-            _add_scale_up(b, site, su, domain)
+            _add_scale_up(b, site, su, domain, gpus)
             domain += site.num_gpus // su.size
         rank += site.num_gpus
         if site.scale_out is None:
             continue
-        top = _add_scale_out(b, site, site.scale_out)
+        top = _add_scale_out(b, site, site.scale_out, gpus)
         if multi_site:
-            border = f"{site.name}/border"
-            b.g.add_node(border, kind=Kind.BORDER, site=site.name)
+            border[site.name] = b.nodes([f"{site.name}/border"], Kind.BORDER, site.name)[0]
             ratio = site.border_oversubscription
             coef = _top_down_capacity(site.scale_out)
             group = b.group(f"{site.name}/border_up", OVERSUBSCRIPTION, ratio)
-            for t in top:
-                b.cable(t, border, capacity=coef / ratio, coef=coef, tier=Tier.BORDER, group=group,
-                        site=site.name, latency=site.scale_out.latency, length_km=0.0)
+            b.cables(top, np.full(top.size, border[site.name]), capacity=coef / ratio, coef=coef, tier=Tier.BORDER,
+                     group=group, site=site.name, latency=site.scale_out.latency, length_km=0.0)
     for lh in fleet.long_haul:
         group = b.group(f"long_haul/{lh.name}", CAPACITY, lh.capacity)
-        for u, v in ((lh.a, lh.b), (lh.b, lh.a)):
-            b.link(f"{u}/border", f"{v}/border", direction="across", capacity=lh.capacity, coef=1.0,
-                   latency=lh.latency, length_km=lh.length_km, tier=Tier.LONG_HAUL, site=lh.name, group=group)
-    return b.g
+        b.links([border[lh.a], border[lh.b]], [border[lh.b], border[lh.a]], direction="across", capacity=lh.capacity,
+                coef=1.0, latency=lh.latency, length_km=lh.length_km, tier=Tier.LONG_HAUL, site=lh.name, group=group)
+    return b.table(fleet.num_gpus)

@@ -19,7 +19,7 @@ import numpy as np
 
 from .._checks import is_traced
 from .._types import Array, Float
-from ._build import CAPACITY
+from ._build import CAPACITY, FabricTable
 from ._tags import Kind
 
 
@@ -167,6 +167,47 @@ def compile_fabric(g: nx.DiGraph, *, dtype=None) -> tuple[Network, FabricInfo]:
         tier=tag("tier", "link"), direction=tag("direction", "across"), site=tag("site", ""),
         length_km=tag("length_km", 0.0).astype(np.float64), groups=groups,
         gpus=gpus, gpu_domain=gpu_domain,
+    )
+    dtype = dtype or jnp.result_type(float)
+    return Network(capacity=jnp.asarray(capacity, dtype), latency=jnp.asarray(latency, dtype)), info
+
+
+def compile_table(table: FabricTable, *, dtype=None) -> tuple[Network, FabricInfo]:
+    """``compile_fabric(table.to_graph())`` without the graph: the same arrays, read from the table."""
+    L = table.src.size
+    if L == 0:
+        raise ValueError("fabric: the graph has no links")
+    names, links = table.names, table.links
+    capacity, latency = links["capacity"], links["latency"]
+    for bad, what in ((~(np.isfinite(capacity) & (capacity > 0)), "capacity must be > 0 and finite bytes/s"),
+                      (~(np.isfinite(latency) & (latency >= 0)), "latency must be >= 0 and finite seconds")):
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            value = float((capacity if what.startswith("capacity") else latency)[i])
+            raise ValueError(f"link {names[table.src[i]]}->{names[table.dst[i]]}: {what}, got {value!r}")
+    groups = {}
+    order = np.argsort(links["group"], kind="stable")
+    names_sorted = links["group"][order]
+    for name, spec in table.groups.items():
+        lo, hi = np.searchsorted(names_sorted, name), np.searchsorted(names_sorted, name, side="right")
+        members = order[lo:hi].astype(np.int64)  # ascending: a stable sort keeps link order
+        if members.size == 0:
+            continue  # the group has no links
+        groups[name] = LinkGroup(name=name, kind=spec["kind"], value=spec["value"], unit=spec["unit"],
+                                 links=members, coef=links["coef"][members])
+    is_gpu = (table.kind == Kind.GPU) & (table.rank >= 0)
+    nodes, ranks = np.flatnonzero(is_gpu), table.rank[is_gpu]
+    num_gpus = table.num_gpus
+    if ranks.size and (ranks.max() >= num_gpus or np.unique(ranks).size != ranks.size):
+        raise ValueError(f"fabric: GPU ranks must be distinct and in 0..{num_gpus - 1}")
+    gpus = np.full(num_gpus, -1, dtype=np.int64)
+    gpu_domain = np.full(num_gpus, -1, dtype=np.int64)
+    gpus[ranks], gpu_domain[ranks] = nodes, table.domain[is_gpu]
+    info = FabricInfo(
+        nodes=tuple(names), node_index=dict(zip(names, range(len(names)))), node_kind=table.kind,
+        node_site=table.site, src=table.src.astype(np.int32), dst=table.dst.astype(np.int32),
+        tier=links["tier"], direction=links["direction"], site=links["site"], length_km=links["length_km"],
+        groups=groups, gpus=gpus, gpu_domain=gpu_domain,
     )
     dtype = dtype or jnp.result_type(float)
     return Network(capacity=jnp.asarray(capacity, dtype), latency=jnp.asarray(latency, dtype)), info
