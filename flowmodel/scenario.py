@@ -29,7 +29,6 @@ import math
 import warnings
 from collections.abc import Callable
 
-import jax
 import networkx as nx
 import numpy as np
 

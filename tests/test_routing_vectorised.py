@@ -108,7 +108,8 @@ def _graphs():
                                                     switches=["r0/spine1", "r1/aggregation0"]),
         "ring, a site failed": fb.fail(ring, sites=["r2"]),
         "ring, a long-haul link failed": fb.fail(ring, cables=["long_haul/r0-r1"]),
-        "full mesh, links failed (two-hop fallback)": fb.fail(mesh, cables=[mesh_links[0], mesh_links[4], ("m/gpu0", "m/leaf0")]),
+        "full mesh, links failed (two-hop fallback)": fb.fail(mesh, cables=[mesh_links[0], mesh_links[4],
+                                                                             ("m/gpu0", "m/leaf0")]),
         "switched scale-up, links failed (scale-out fallback)": fb.fail(switched, cables=su_links[:6]),
     }
 
@@ -147,7 +148,8 @@ def test_tree_all_reduce_candidates_equal_the_reference():
     ranks = np.random.default_rng(3).permutation(info.num_gpus)[:400]
     phase = tr.all_reduce(ranks[None, :], 1e9, "tree").phases[0]
     router = rt.Router(info, max_paths=5)
-    _assert_same(router.candidates(phase.src, phase.dst), _reference(rt.Router(info, max_paths=5), phase.src, phase.dst))
+    want = _reference(rt.Router(info, max_paths=5), phase.src, phase.dst)
+    _assert_same(router.candidates(phase.src, phase.dst), want)
 
 
 @pytest.mark.parametrize("budget, low, high", [(16, 17, 70), (16, 17, 400), (16, 86, 10**6), (4, 5, 30),
@@ -182,7 +184,8 @@ def test_table_compiles_to_the_graph_arrays(fleet):
     np.testing.assert_array_equal(n1.capacity, n2.capacity)
     np.testing.assert_array_equal(n1.latency, n2.latency)
     assert i1.nodes == i2.nodes and i1.node_index == i2.node_index
-    for field in ("node_kind", "node_site", "src", "dst", "tier", "direction", "site", "length_km", "gpus", "gpu_domain"):
+    for field in ("node_kind", "node_site", "src", "dst", "tier", "direction", "site", "length_km", "gpus",
+                  "gpu_domain"):
         a, b = getattr(i1, field), getattr(i2, field)
         assert a.dtype == b.dtype, field
         np.testing.assert_array_equal(a, b, err_msg=field)

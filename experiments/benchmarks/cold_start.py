@@ -67,7 +67,9 @@ out = {"import": time.perf_counter() - t0}
 s = config.load(sys.argv[1])
 t = time.perf_counter(); compile_table(build_table(s.fleet)); out["fabric"] = time.perf_counter() - t
 t = time.perf_counter(); model = scenario.prepare(s); out["prepare (fabric + routing)"] = time.perf_counter() - t
-t = time.perf_counter(); jax.block_until_ready(model.evaluate().step_time); out["compile + first run"] = time.perf_counter() - t
+t = time.perf_counter()
+jax.block_until_ready(model.evaluate().step_time)
+out["compile + first run"] = time.perf_counter() - t
 t = time.perf_counter(); jax.block_until_ready(model.evaluate().step_time); out["warm run"] = time.perf_counter() - t
 print(json.dumps(out))
 """

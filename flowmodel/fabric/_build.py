@@ -138,7 +138,8 @@ class Builder:
             parts = [np.broadcast_to(np.asarray(b[2][key]), b[0].shape) for b in self.blocks]
             links[key] = np.concatenate(parts) if parts else np.zeros(0)
         links["capacity"], links["coef"] = links["capacity"].astype(np.float64), links["coef"].astype(np.float64)
-        links["latency"], links["length_km"] = links["latency"].astype(np.float64), links["length_km"].astype(np.float64)
+        links["latency"] = links["latency"].astype(np.float64)
+        links["length_km"] = links["length_km"].astype(np.float64)
         c = self.node_cols
         return FabricTable(names=self.names, kind=np.array(c["kind"]), site=np.array(c["site"]),
                            rank=np.array(c["rank"], np.int64), domain=np.array(c["domain"], np.int64),
@@ -198,7 +199,8 @@ def _add_scale_out(b: Builder, site: Site, clos: Clos, gpus: np.ndarray) -> np.n
         return spine
 
     r1 = clos.oversubscription[1]
-    agg = b.nodes([f"{name}/aggregation{i}" for i in range(S * A)], Kind.AGGREGATION, name)  # agg a of plane j: j * A + a
+    # aggregation a of plane j is node j * A + a
+    agg = b.nodes([f"{name}/aggregation{i}" for i in range(S * A)], Kind.AGGREGATION, name)
     g_spine = b.group(f"{name}/spine_up", OVERSUBSCRIPTION, r1)
     spine_agg_coef = spine_down / A
     pod, j, a = np.unravel_index(np.arange(P * S * A), (P, S, A))
@@ -238,7 +240,8 @@ def build_table(fleet: Fleet) -> FabricTable:
         su = site.scale_up
         i = np.arange(site.num_gpus)
         gpus = b.nodes([f"{site.name}/gpu{k}" for k in range(site.num_gpus)], Kind.GPU, site.name,
-                       rank=(rank + i).tolist(), domain=(domain + i // su.size if su is not None else i * 0 - 1).tolist())
+                       rank=(rank + i).tolist(),
+                       domain=(domain + i // su.size if su is not None else i * 0 - 1).tolist())
         if su is not None:
             _add_scale_up(b, site, su, domain, gpus)
             domain += site.num_gpus // su.size

@@ -278,7 +278,6 @@ class Router:
         ``_between`` gives them: (pair int64[n], links int64[n, W], lengths int64[n], equal-cost bool[n]),
         W the longest path, and int64[len(a)] each pair's first row: a pair's paths are consecutive."""
         t = self._table()
-        N = t.num_nodes
         out = []  # (pair, [(links, lengths) segments], equal-cost)
         same = a == b
         if same.any():
@@ -512,7 +511,7 @@ def _stack(parts, num_pairs: int):
     lengths = [sum((seg[1] for seg in segs), np.zeros(q.size, np.int64)) for q, segs, _ in parts]
     width = max((int(n.max(initial=0)) for n in lengths), default=0)
     blocks = []
-    for (q, segs, _), n in zip(parts, lengths):
+    for q, segs, _ in parts:
         block = np.full((q.size, width), -1, np.int32)
         offset = np.zeros(q.size, np.int64)
         for links, lens in segs if q.size else ():  # -1 padding past a segment's end: the next one's

@@ -12,7 +12,8 @@ costs ~10 us, which dominates routing 10^5 pairs; this module runs the same step
    rejection of repeats otherwise), with ``_randbelow``'s rejection of draws ``>= n``, consume those
    outputs key by key.
 
-A key that would need more than the outputs made (4 x budget + 32, at most 227) (vanishingly rare for the budgets routing uses) is drawn
+A key that would need more than the outputs made (4 x budget + 32, at most 227; vanishingly rare for
+the budgets routing uses) is drawn
 with ``random.Random`` itself. ``tests/test_routing_vectorised.py`` checks the result against
 ``random.Random`` key by key.
 """
