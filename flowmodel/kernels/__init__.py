@@ -1,4 +1,4 @@
-"""The kernels: array-only JAX functions of routes and per-link / per-flow values (imports nothing above it
+"""The kernels: array-only JAX functions (the host engine runs compiled NumPy-level code behind a callback) of routes and per-link / per-flow values (imports nothing above it
 but ``flowmodel._checks`` and ``flowmodel._types``).
 
   maxmin.py       maxmin_rates, maxmin_structure (exact weighted max-min with caps; custom VJP)
@@ -7,6 +7,7 @@ but ``flowmodel._checks`` and ``flowmodel._types``).
   congestion.py   latency, window, queueing and bound models
   _transport.py   Transport profiles (goodput, start delay, RTT sharing, window) fitted against ns-3
   _incidence.py   Incidence / incidence (the flows of each link, prepared once), padding, per-link sums, checks
+  _host.py        the compiled CPU engine (Numba): max-min and the fluid event loop, via pure_callback
   _waterfill.py   MaxMinStructure, the dense solve, the sparse passes, resumable fill state and snapshots
   _adjoint.py     the max-min VJP (replay of the passes)
 """
