@@ -1,5 +1,5 @@
-"""The kernels: array-only JAX functions (the host engine runs compiled NumPy-level code behind a callback) of routes and per-link / per-flow values (imports nothing above it
-but ``flowmodel._checks`` and ``flowmodel._types``).
+"""The kernels: array-only JAX functions of routes and per-link / per-flow values (imports nothing above it
+but ``flowmodel._checks`` and ``flowmodel._types``); the host engine runs compiled code behind a callback.
 
   maxmin.py       maxmin_rates, maxmin_structure (exact weighted max-min with caps; custom VJP)
   fluid.py        completion_times, completion_events (fluid event loop; custom VJP)
