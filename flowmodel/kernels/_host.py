@@ -310,16 +310,13 @@ def _simulate(r, ptr, idx, sizes, cap, w, lim, arrival, tie):
         active[by_arrival[ai]] = True
         first[by_arrival[ai]] = 0
         ai += 1
-    # the last solve: rates, structure, the step at which each flow / link froze, flows in freezing order
+    # the last solve: rates, the step at which each flow froze, and the flows in freezing order
     rates = np.zeros(F)
-    pass_f = np.full(F, -2, np.int32)  # -2: not active
-    bneck = np.full(F, L, np.int32)
-    pass_l = np.full(L + 1, -1, np.int32)
-    share = np.full(L + 1, _INF)
-    wat = np.zeros(L + 1)
     step_f = np.full(F, -1, np.int64)
-    step_l = np.full(L, -1, np.int64)
     seq = np.empty(F, np.int64)
+    # the structure ``_fill`` writes, which the loop never reads (its gradient re-solves each interval)
+    pass_f, bneck = np.zeros(F, np.int32), np.zeros(F, np.int32)
+    pass_l, share, wat, step_l = np.zeros(L + 1, np.int32), np.zeros(L + 1), np.zeros(L + 1), np.zeros(L, np.int64)
     nseq = 0
     free = np.zeros(F, np.bool_)
     W = np.zeros(L)
@@ -340,9 +337,9 @@ def _simulate(r, ptr, idx, sizes, cap, w, lim, arrival, tie):
                 nseq = 0
                 for f in range(F):
                     if active[f] and empty[f]:
-                        rates[f], pass_f[f], bneck[f], step_f[f] = lim[f], 0, L, -1
+                        rates[f], step_f[f] = lim[f], -1
                     elif active[f]:
-                        pass_f[f], free[f] = -1, True
+                        free[f] = True
                         n_free += 1
                         _add_free(r, w, f, W, cnt)
                 step0 = 0
@@ -368,14 +365,11 @@ def _simulate(r, ptr, idx, sizes, cap, w, lim, arrival, tie):
                     if active[f]:
                         if not exact:
                             _add_rate(r, f, -rates[f], frz)
-                        pass_f[f], free[f] = -1, True
+                        free[f] = True
                         n_free += 1
                         _add_free(r, w, f, W, cnt)
                 nseq = lo
                 step0 = restart
-            for link in range(L):
-                if step_l[link] >= step0:
-                    step_l[link], pass_l[link], share[link], wat[link] = -1, -1, _INF, 0.0
             left, nseq = _fill(r, ptr, idx, cap, w, lim, order, n_cap, free, n_free, W, cnt, frz, rates, pass_f,
                                bneck, pass_l, share, wat, step_f, step_l, step0, seq, nseq, False)
             if left > 0:
@@ -407,7 +401,7 @@ def _simulate(r, ptr, idx, sizes, cap, w, lim, arrival, tie):
                     restart = min(restart, step_f[f])
                     _add_rate(r, f, -rates[f], frz)
                 # (its step stays: the binary search over ``seq`` reads it until the re-fill drops it)
-                active[f], pass_f[f], rates[f], bneck[f] = False, -2, 0.0, L
+                active[f], rates[f] = False, 0.0
             else:
                 remaining[f] = max(remaining[f] - rates[f] * dt, 0.0)
         a = -1
