@@ -1,8 +1,10 @@
 """The command line as a new user meets it: bad inputs, the output folder, overrides, outputs, guards."""
 
+import ast
 import copy
 import json
 import os
+import re
 
 import jax
 import pytest
@@ -246,3 +248,124 @@ def test_loss_plot_shows_the_exact_values(monkeypatch):
     labels = [t.get_text() for t in figures[0].axes[0].get_legend().get_texts()]
     assert labels == ["searched objective (smooth rates)", "baseline (exact): 0.66 s",
                       "result, rounded (exact): 0.53 s"]
+
+
+# The README and the docs pages as a reader follows them: links land, commands parse, examples name the real API.
+ROOT = os.path.join(HERE, "..")
+DOCS = os.path.join(ROOT, "docs")
+PAGES = ["README.md"] + sorted(f"docs/{f}" for f in os.listdir(DOCS) if f.endswith(".md"))
+
+
+def _text(page):
+    with open(os.path.join(ROOT, page)) as fh:
+        return fh.read()
+
+
+def _blocks(page, lang):
+    return re.findall(rf"```{lang}\n(.*?)```", _text(page), flags=re.S)
+
+
+def _anchor(heading):  # GitHub's heading slugs
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_docs_page_is_linked_from_the_readme():
+    readme = _text("README.md")
+    for page in PAGES[1:]:
+        assert f"]({page})" in readme, page
+
+
+def _links(page):
+    return re.findall(r"\]\(([^)\s]+)\)", _text(page))
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if _links(p)])
+def test_links_land_on_a_file_and_a_heading(page):
+    for link in _links(page):
+        if re.match(r"[a-z]+:", link):
+            continue
+        target, _, anchor = link.partition("#")
+        path = os.path.join(ROOT, os.path.dirname(page), target) if target else os.path.join(ROOT, page)
+        assert os.path.exists(path), f"{page}: {link} does not exist"
+        if anchor:
+            with open(path) as fh:
+                headings = [_anchor(h) for h in re.findall(r"(?m)^#+ (.*)$", fh.read())]
+            assert anchor in headings, f"{page}: {link} names no heading of {target or page}"
+
+
+def _commands(page):
+    """The command lines of a page's bash blocks, continuation lines joined and comments dropped."""
+    lines = []
+    for block in _blocks(page, "bash"):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split(" #")[0].strip()
+            if line and not line.startswith("#"):
+                lines.append(line)
+    return lines
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if _blocks(p, "bash")])
+def test_commands_parse_and_name_files_that_exist(page, capsys):
+    import shlex
+
+    parser = cli._parser()
+    for line in _commands(page):
+        for command in line.split(" && "):
+            words = shlex.split(command.replace("PYTHONPATH=. ", ""))
+            if words[0] == "flowmodel":
+                parser.parse_args(words[1:])  # argparse exits 2 on an unknown command or option
+            elif words[0] == "python" and words[1] != "-m":
+                assert os.path.exists(os.path.join(ROOT, words[1])), f"{page}: {command}"
+            for word in words:
+                if word.startswith(("configs/", "experiments/", "tests/")):
+                    assert os.path.exists(os.path.join(ROOT, word)), f"{page}: {command}: no {word}"
+    assert capsys.readouterr().err == ""
+
+
+def _aliases():
+    """The names the examples import flowmodel's modules as (one meaning per name across every page)."""
+    aliases = {}
+    for page in PAGES:
+        for block in _blocks(page, "python"):
+            for node in ast.walk(ast.parse(block)):
+                names = []
+                if isinstance(node, ast.Import):
+                    names = [(a.asname or a.name, a.name) for a in node.names if a.name.startswith("flowmodel")]
+                elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("flowmodel"):
+                    names = [(a.asname or a.name, f"{node.module}.{a.name}") for a in node.names]
+                for alias, module in names:
+                    assert aliases.setdefault(alias, module) == module, (page, alias, module, aliases[alias])
+    return aliases
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if _blocks(p, "python")])
+def test_python_examples_name_the_real_api(page):
+    import importlib
+    import inspect
+
+    modules = {alias: importlib.import_module(name) for alias, name in _aliases().items()}
+    checked = 0
+    for block in _blocks(page, "python"):
+        tree = ast.parse(block)  # every example is valid Python
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            chain, func = [], node.func
+            while isinstance(func, ast.Attribute):
+                chain.insert(0, func.attr)
+                func = func.value
+            if not (isinstance(func, ast.Name) and func.id in modules and chain):
+                continue
+            obj = modules[func.id]
+            for attr in chain:
+                assert hasattr(obj, attr), f"{page}: {func.id}.{'.'.join(chain)}: no '{attr}'"
+                obj = getattr(obj, attr)
+            try:
+                params = inspect.signature(obj).parameters
+            except (TypeError, ValueError):  # a compiled or wrapped callable without a signature
+                continue
+            if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+                unknown = {k.arg for k in node.keywords if k.arg} - set(params)
+                assert not unknown, f"{page}: {func.id}.{'.'.join(chain)} takes no {sorted(unknown)}"
+            checked += 1
+    assert checked > 0, f"{page}: its examples call nothing of flowmodel's"
