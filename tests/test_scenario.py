@@ -13,7 +13,7 @@ from flowmodel.steptime import Options
 HERE = os.path.dirname(__file__)
 CONFIGS = os.path.join(HERE, "..", "configs")
 SHIPPED = sorted(f[:-5] for f in os.listdir(CONFIGS) if f.endswith(".yaml"))
-LARGE = {"multi_building_129k", "llama3_24k"}  # 129K and 24K GPUs: minutes to build and compile each
+LARGE = {"multi_building_129k", "llama3_24k"}  # 129K and 24K GPUs: the slowest to build, route and evaluate
 
 
 def _commands_agree(name):
