@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from .. import _units
 from ._collectives import Phase
 
 DIMS = ("tp", "cp", "pp", "dp")  # rank order, fastest-varying first: TP in a domain, PP across racks, DP widest
@@ -300,7 +301,15 @@ class Background:
     name: str
     src: tuple[int, ...]
     dst: tuple[int, ...]
-    rate: float | tuple[float, ...]
+    rate: float | str | tuple[float | str, ...]
+
+    def __post_init__(self):  # rates as in a config ("100Gbps"), read once here
+        where = f"background[{self.name}].rate"
+        if isinstance(self.rate, (list, tuple)):
+            rate = tuple(_units.coerce(r, "bandwidth", f"{where}[{i}]") for i, r in enumerate(self.rate))
+        else:
+            rate = _units.coerce(self.rate, "bandwidth", where)
+        object.__setattr__(self, "rate", rate)
 
 
 @dataclasses.dataclass(frozen=True)
