@@ -95,8 +95,10 @@ def _say(quiet: bool):
 
 
 def _prepare(scenario, quiet: bool):
+    from ._memory import check_fits
     from .scenario import prepare
 
+    check_fits(scenario)  # a fabric too large for this machine is refused before it is built
     model = prepare(scenario, progress=_say(quiet))
     if not quiet:
         print(f"{scenario.name}: {scenario.fleet.num_gpus} GPUs, {model.info.num_links} links, "
