@@ -356,6 +356,8 @@ def cmd_trace(args, out: str, quiet: bool) -> dict:
             print(f"  {c['name']:<28} {per_call}")
         if result["system"]["ignored"]:
             print(f"  system keys not modelled: {', '.join(result['system']['ignored'])}")
+        for kind, note in result["zero_time_nodes"].items():
+            print(f"  took no time: {note['count']} {kind.replace('_', ' ')} node(s) ({note['why']})")
     return result
 
 
@@ -440,6 +442,21 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _load_scenario(path: str, overrides):
+    """The scenario file; an ASTRA-sim network file given in its place is named as such."""
+    from . import trace
+    from .config import ConfigError, load
+
+    try:
+        return load(path, overrides)
+    except ConfigError:
+        if trace.is_astra_network(path):
+            raise UsageError(f"{path}: this looks like an ASTRA-sim network file (topology, npus_count, bandwidth, "
+                             f"latency), not a scenario; run a Chakra trace on it with "
+                             f"`flowmodel trace PREFIX --network {path}`") from None
+        raise
+
+
 def _show_warning(message, category, filename, lineno, file=None, line=None):
     print(f"flowmodel: warning: {message}", file=sys.stderr, flush=True)
 
@@ -448,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     import jax
 
-    from .config import ConfigError, load, reference
+    from .config import ConfigError, reference
 
     if args.command == "reference":
         print(reference(), end="")
@@ -471,7 +488,7 @@ def main(argv: list[str] | None = None) -> int:
                 created = check_out(out)
                 cmd_trace(args, out, args.quiet)
             else:
-                scenario = load(args.config, args.overrides)
+                scenario = _load_scenario(args.config, args.overrides)
                 if out is not None:
                     created = check_out(out)
                 if getattr(args, "pareto", None) is not None and args.pareto < 2:
