@@ -14,7 +14,9 @@ section: ``time_to_train_days``, ``effective_training_time``, ``interruptions_pe
 ``checkpoint_interval_s``, ...). Keys end in their unit (``_s`` seconds, ``_Bps`` bytes/s,
 ``_bytes``); every JSON file says so in its ``units`` map. The output folder is checked before any work, files are
 written whole or not at all, and a bad config or argument exits with status 2 and one line naming
-the key and the value.
+the key and the value; so does a scenario estimated not to fit in this machine's memory, before its
+fabric is built (the line gives the estimate and what is available). ``trace.json`` counts the trace
+nodes that take no time (``zero_time_nodes``: barriers, peerless sends and recvs, memory nodes, ...).
 """
 
 from __future__ import annotations

@@ -80,6 +80,11 @@ def test_knob_bounds_and_background_rates_read_bandwidths():
     assert tr.Background("bg", (0, 1), (2, 3), ("100Gbps", 1e9)).rate == (12.5e9, 1e9)
     with pytest.raises(ValueError, match=r"background\[bg\]\.rate\[1\]: unknown bandwidth unit"):
         tr.Background("bg", (0, 1), (2, 3), ("100Gbps", "1Gbs"))
+    model = tr.Model("m", layers=4, hidden=512, ffn_hidden=2048, heads=8, kv_heads=8, vocab=8000, seq_len=1024)
+    job = tr.Training(model, tr.Parallelism(tp=2, dp=2), global_batch=4, hbm="80GB")
+    assert job.hbm == 80e9
+    with pytest.raises(ValueError, match=r"training\.hbm: unknown size unit 'GiB/s'"):
+        tr.Training(model, tr.Parallelism(tp=2, dp=2), global_batch=4, hbm="80GiB/s")
 
 
 # --- memory: counted from the description, refused before building

@@ -214,6 +214,7 @@ class Training:
             object.__setattr__(self, "ranks", tuple(int(r) for r in self.ranks))
             if len(set(self.ranks)) != len(self.ranks):
                 raise ValueError("training.ranks: a GPU rank is listed twice")
+        object.__setattr__(self, "hbm", _units.coerce(self.hbm, "size", "training.hbm"))  # "80GB" as in a config
         _pos("training.hbm", self.hbm)
         static = self.memory()
         static = static["weights"] + static["gradients"] + static["optimizer"]
