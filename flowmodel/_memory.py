@@ -8,13 +8,22 @@ estimate counts what preparing and evaluating a scenario holds per element: node
 the shipped configs.
 
 Calibration (peak RSS of ``flowmodel run``, /usr/bin/time -v, one process each, 2 CPU cores):
-quickstart (338 nodes, 1,250 links, 1,152 flows) 533 MB; llama3_24k (29,376 / 148,480 / 131,072)
-652 MB; multi_building_129k (153,605 / 778,890 / 384,000) 1,115 MB. Above the quickstart's, that is
-390 and 442 bytes per element; the estimate takes 1 KiB per element on a 640 MB base (interpreter,
-JAX, compiled programs): 1.8x multi_building_129k's measured peak, so a run it lets through has a
-margin for larger routes and solver state. ``optimize`` and ``sweep`` hold more (gradients, vmapped
-points): the check refuses what is estimated to need more than is free, and cannot promise that
-what it lets through fits.
+quickstart (338 nodes, 1,250 links, 1,152 flows) 546 MB; llama3_24k (29,376 / 148,480 / 131,072)
+668 MB; multi_building_129k (153,605 / 778,890 / 384,000) 1,142 MB. Above the quickstart's, that is
+395 and 453 bytes per element; the estimate takes 1 KiB per element on a 640 MB base (interpreter,
+JAX, compiled programs): 1.7x multi_building_129k's measured peak, so a run it lets through has a
+margin for larger routes and solver state. A gradient search holds far more: ``flowmodel optimize``
+peaks at 873 MB on the quickstart and had reached 13.5 GB on llama3_24k (one knob, 3 steps; still
+running after 400 s), 44 KB per element, so with ``gradients`` the estimate takes 64 KiB per element
+on a 1 GB base. The check refuses what is estimated to need more than is free; it cannot promise
+that what it lets through fits (a sweep's vmapped points are not counted).
+
+>>> from flowmodel import _memory, config
+>>> _memory.estimate(config.load("configs/quickstart.yaml")).describe()
+'256 GPUs, 338 nodes, 1,250 links, 1,152 flows: about 0.6 GB'
+>>> _memory.check_fits(config.load("configs/quickstart.yaml"), available=0.1e9)
+Traceback (most recent call last):
+ValueError: fabric: too large for this machine's memory: 256 GPUs, ... about 0.6 GB estimated, 0.1 GB available
 """
 
 from __future__ import annotations
@@ -22,8 +31,10 @@ from __future__ import annotations
 import dataclasses
 import os
 
-BASE_BYTES = 640e6  # interpreter, JAX and the compiled programs: quickstart peaks at 533 MB
-BYTES_PER_ELEMENT = 1024.0  # per node, link or flow: 442 B measured on multi_building_129k, x2.3
+BASE_BYTES = 640e6  # interpreter, JAX and the compiled programs: quickstart's run peaks at 546 MB
+BYTES_PER_ELEMENT = 1024.0  # per node, link or flow: 453 B measured on multi_building_129k, x2.3
+GRADIENT_BASE_BYTES = 1e9  # quickstart's optimize peaks at 873 MB
+GRADIENT_BYTES_PER_ELEMENT = 65536.0  # 44 KB reached on llama3_24k's optimize, x1.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,14 +45,18 @@ class Estimate:
     nodes: int
     links: int
     flows: int
+    gradients: bool = False  # a gradient search (flowmodel optimize) over the scenario
 
     @property
     def bytes(self) -> float:
-        return BASE_BYTES + BYTES_PER_ELEMENT * (self.nodes + self.links + self.flows)
+        elements = self.nodes + self.links + self.flows
+        if self.gradients:
+            return GRADIENT_BASE_BYTES + GRADIENT_BYTES_PER_ELEMENT * elements
+        return BASE_BYTES + BYTES_PER_ELEMENT * elements
 
     def describe(self) -> str:
-        return (f"{self.gpus:,} GPUs, {self.nodes:,} nodes, {self.links:,} links, {self.flows:,} flows: "
-                f"about {self.bytes / 1e9:.1f} GB")
+        return (f"{self.gpus:,} GPUs, {self.nodes:,} nodes, {self.links:,} links, {self.flows:,} flows"
+                f"{' with gradients' if self.gradients else ''}: about {self.bytes / 1e9:.1f} GB")
 
 
 def fabric_counts(fleet) -> tuple[int, int]:
@@ -92,14 +107,14 @@ def training_flows(job) -> int:
     return flows
 
 
-def estimate(scenario) -> Estimate:
-    """The scenario's element counts, from its description alone."""
+def estimate(scenario, *, gradients: bool = False) -> Estimate:
+    """The scenario's element counts, from its description alone (``gradients``: for a gradient search)."""
     nodes, links = fabric_counts(scenario.fleet)
     flows = sum(training_flows(job) for job in scenario.training)
     flows += sum(len(b.src) for b in scenario.background)
     for inf in scenario.inference:  # average KV streams plus one request's transfer
         flows += len(inf.prefill) * len(inf.prefill[0]) + len(inf.prefill[0])
-    return Estimate(scenario.fleet.num_gpus, nodes, links, flows)
+    return Estimate(scenario.fleet.num_gpus, nodes, links, flows, gradients)
 
 
 def available_bytes() -> float | None:
@@ -130,10 +145,10 @@ def available_bytes() -> float | None:
     return free
 
 
-def check_fits(scenario, available: float | None = None) -> Estimate:
+def check_fits(scenario, available: float | None = None, *, gradients: bool = False) -> Estimate:
     """The scenario's estimate; raises ``ValueError`` when it exceeds ``available`` bytes (default:
     what the machine has free now). Unknown free memory is not checked."""
-    est = estimate(scenario)
+    est = estimate(scenario, gradients=gradients)
     available = available_bytes() if available is None else available
     if available is not None and est.bytes > available:
         raise ValueError(f"fabric: too large for this machine's memory: {est.describe()} estimated, "

@@ -96,11 +96,11 @@ def _say(quiet: bool):
     return (lambda message: None) if quiet else (lambda message: print(f"[{message}]", flush=True))
 
 
-def _prepare(scenario, quiet: bool):
+def _prepare(scenario, quiet: bool, gradients: bool = False):
     from ._memory import check_fits
     from .scenario import prepare
 
-    check_fits(scenario)  # a fabric too large for this machine is refused before it is built
+    check_fits(scenario, gradients=gradients)  # a fabric too large for this machine is refused before it is built
     model = prepare(scenario, progress=_say(quiet))
     if not quiet:
         print(f"{scenario.name}: {scenario.fleet.num_gpus} GPUs, {model.info.num_links} links, "
@@ -145,7 +145,7 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
     from . import optimize, plots
     from .results import write_json
 
-    model = _prepare(_needs(scenario, "optimize"), quiet)
+    model = _prepare(_needs(scenario, "optimize"), quiet, gradients=True)
     o = scenario.optimize
     _check_groups(model, [k.group for k in o.knobs], lambda i, g: f"optimize.knobs[{i}].group")
     space = optimize.Space(model.info, o.knobs, o.cost)

@@ -124,11 +124,15 @@ def test_shipped_configs_fit_and_a_huge_one_is_refused():
     for path in sorted(glob.glob(os.path.join(CONFIGS, "*.yaml"))):
         est = _memory.estimate(config.load(path))
         assert est.bytes < 3e9, (path, est.describe())  # 129K GPUs: about 2.0 GB, measured 1.1 GB
+        if config.load(path).optimize is not None:  # optimize's estimate, for the configs it runs on
+            assert _memory.estimate(config.load(path), gradients=True).bytes < 1.5e9, path
     scenario = config.load(os.path.join(CONFIGS, "quickstart.yaml"))
     assert _memory.check_fits(scenario, available=1e12).nodes == 338
     with pytest.raises(ValueError, match=r"fabric: too large for this machine's memory: 256 GPUs, 338 nodes, "
                                          r"1,250 links, 1,152 flows: about 0\.6 GB estimated, 0\.5 GB available"):
         _memory.check_fits(scenario, available=0.5e9)
+    with pytest.raises(ValueError, match=r"1,152 flows with gradients: about 1\.2 GB estimated, 1\.0 GB available"):
+        _memory.check_fits(scenario, available=1e9, gradients=True)
 
 
 def test_run_refuses_a_fabric_too_large_before_building_it(tmp_path, capsys):
@@ -142,6 +146,14 @@ def test_run_refuses_a_fabric_too_large_before_building_it(tmp_path, capsys):
     assert "800,000,000 GPUs" in err and "GB estimated" in err and "GB available" in err
     assert elapsed < 5.0  # parse and count only: building it would take hours
     assert not out.exists()
+
+
+def test_optimize_is_checked_with_gradients(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(_memory, "available_bytes", lambda: 1.1e9)  # the quickstart's run fits, its search not
+    quickstart = os.path.join(CONFIGS, "quickstart.yaml")
+    assert cli.main(["optimize", quickstart, "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    assert "flows with gradients: about 1.2 GB estimated, 1.1 GB available" in capsys.readouterr().err
+    assert cli.main(["validate", quickstart, "--quiet"]) == 0
 
 
 # --- trace.json: nodes that take no time are counted
@@ -208,3 +220,4 @@ def test_a_network_file_given_to_run_points_to_trace(tmp_path, capsys, command):
     err = capsys.readouterr().err
     assert "looks like an ASTRA-sim network file" in err and f"flowmodel trace PREFIX --network {path}" in err
     assert "unknown key" not in err
+
