@@ -60,6 +60,20 @@ def parse(value, kind: str, where: str) -> float:
     return number
 
 
+def coerce(value, kind: str, where: str):
+    """A Python argument at the API's edge: a string is read as YAML reads it (a ``kind`` with its
+    unit, or for ``"ratio"`` a plain number), with the same errors; anything else (SI floats, arrays,
+    traced values) is returned unchanged for the caller's own checks."""
+    if not isinstance(value, str):
+        return value
+    if kind != "ratio":
+        return parse(value, kind, where)
+    m = NUMBER.match(value)
+    if not m or m.group(2):
+        raise ValueError(f"{where}: expected a number (a ratio), got {value!r}")
+    return float(m.group(1))
+
+
 def _example(kind: str) -> str:
     return {"bandwidth": "400Gbps or 50GB/s", "time": "2us", "length": "10km", "size": "256MiB"}[kind]
 

@@ -14,7 +14,9 @@ section: ``time_to_train_days``, ``effective_training_time``, ``interruptions_pe
 ``checkpoint_interval_s``, ...). Keys end in their unit (``_s`` seconds, ``_Bps`` bytes/s,
 ``_bytes``); every JSON file says so in its ``units`` map. The output folder is checked before any work, files are
 written whole or not at all, and a bad config or argument exits with status 2 and one line naming
-the key and the value.
+the key and the value; so does a scenario estimated not to fit in this machine's memory, before its
+fabric is built (the line gives the estimate and what is available). ``trace.json`` counts the trace
+nodes that take no time (``zero_time_nodes``: barriers, peerless sends and recvs, memory nodes, ...).
 """
 
 from __future__ import annotations
@@ -94,9 +96,11 @@ def _say(quiet: bool):
     return (lambda message: None) if quiet else (lambda message: print(f"[{message}]", flush=True))
 
 
-def _prepare(scenario, quiet: bool):
+def _prepare(scenario, quiet: bool, gradients: bool = False):
+    from ._memory import check_fits
     from .scenario import prepare
 
+    check_fits(scenario, gradients=gradients)  # a fabric too large for this machine is refused before it is built
     model = prepare(scenario, progress=_say(quiet))
     if not quiet:
         print(f"{scenario.name}: {scenario.fleet.num_gpus} GPUs, {model.info.num_links} links, "
@@ -141,7 +145,7 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
     from . import optimize, plots
     from .results import write_json
 
-    model = _prepare(_needs(scenario, "optimize"), quiet)
+    model = _prepare(_needs(scenario, "optimize"), quiet, gradients=True)
     o = scenario.optimize
     _check_groups(model, [k.group for k in o.knobs], lambda i, g: f"optimize.knobs[{i}].group")
     space = optimize.Space(model.info, o.knobs, o.cost)
@@ -354,6 +358,8 @@ def cmd_trace(args, out: str, quiet: bool) -> dict:
             print(f"  {c['name']:<28} {per_call}")
         if result["system"]["ignored"]:
             print(f"  system keys not modelled: {', '.join(result['system']['ignored'])}")
+        for kind, note in result["zero_time_nodes"].items():
+            print(f"  took no time: {note['count']} {kind.replace('_', ' ')} node(s) ({note['why']})")
     return result
 
 
@@ -438,6 +444,21 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _load_scenario(path: str, overrides):
+    """The scenario file; an ASTRA-sim network file given in its place is named as such."""
+    from . import trace
+    from .config import ConfigError, load
+
+    try:
+        return load(path, overrides)
+    except ConfigError:
+        if trace.is_astra_network(path):
+            raise UsageError(f"{path}: this looks like an ASTRA-sim network file (topology, npus_count, bandwidth, "
+                             f"latency), not a scenario; run a Chakra trace on it with "
+                             f"`flowmodel trace PREFIX --network {path}`") from None
+        raise
+
+
 def _show_warning(message, category, filename, lineno, file=None, line=None):
     print(f"flowmodel: warning: {message}", file=sys.stderr, flush=True)
 
@@ -446,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     import jax
 
-    from .config import ConfigError, load, reference
+    from .config import ConfigError, reference
 
     if args.command == "reference":
         print(reference(), end="")
@@ -469,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
                 created = check_out(out)
                 cmd_trace(args, out, args.quiet)
             else:
-                scenario = load(args.config, args.overrides)
+                scenario = _load_scenario(args.config, args.overrides)
                 if out is not None:
                     created = check_out(out)
                 if getattr(args, "pareto", None) is not None and args.pareto < 2:

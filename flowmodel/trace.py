@@ -109,7 +109,38 @@ def run(prefix: str, fabric: Fabric, *, system: str | None = None, comm_groups: 
             "system": {"file": system, "algorithms": dict(sysinfo.algorithms), "chunks": sysinfo.chunks,
                        "step_latency_s": options.step_latency, "ignored": list(sysinfo.ignored),
                        "notes": list(sysinfo.notes)},
+            "zero_time_nodes": zero_time_nodes(trace),
             "_result": result, "_prepared": prepared}
+
+
+# Trace nodes the run gives no time, and why (trace.json's ``zero_time_nodes``)
+_ZERO_TIME = {
+    "barrier": "a barrier synchronises its members and moves no data",
+    "single_rank_collective": "a collective on a group of one rank moves no data",
+    "send_recv_without_peer": "a send or recv that names no peer has nothing to pair with and is skipped",
+    "memory_load": "a memory load with no duration_micros: memory traffic is not modelled",
+    "memory_store": "a memory store with no duration_micros: memory traffic is not modelled",
+    "metadata": "a metadata node with no duration_micros",
+}
+
+
+def zero_time_nodes(trace) -> dict:
+    """Per kind of trace node that takes no time in the run (see ``_ZERO_TIME``): how many and why.
+    Kinds absent from the trace are left out."""
+    sizes = np.array([len(g) for g in trace.groups] + [trace.num_ranks])  # group -1 is every rank
+    counts = dict.fromkeys(_ZERO_TIME, 0)
+    for rt in trace.ranks:
+        types = rt.types
+        coll = types == chakra.COLL
+        barrier = coll & np.array([c == "barrier" for c in rt.comm], bool)
+        counts["barrier"] += int(barrier.sum())
+        counts["single_rank_collective"] += int((coll & ~barrier & (sizes[rt.group] == 1)).sum())
+        p2p = (types == chakra.SEND) | (types == chakra.RECV)
+        counts["send_recv_without_peer"] += int((p2p & (rt.peer < 0)).sum())
+        for key, t in (("memory_load", chakra.MEM_LOAD), ("memory_store", chakra.MEM_STORE),
+                       ("metadata", chakra.METADATA)):
+            counts[key] += int(((types == t) & (rt.duration == 0)).sum())
+    return {k: {"count": n, "why": _ZERO_TIME[k]} for k, n in counts.items() if n}
 
 
 def nodes_csv(prepared, result) -> str:

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import networkx as nx
 import numpy as np
 
+from .. import _units
 from .._checks import is_traced
 from .._types import Array, Float
 from ._build import CAPACITY, FabricTable
@@ -252,7 +253,8 @@ def group_values(network: Network, info: FabricInfo, names=None) -> dict:
 def apply_groups(network: Network, info: FabricInfo, params: Mapping[str, float | Array]) -> Network:
     """``network`` with the capacities of the named groups set from ``params`` (name -> value).
 
-    Differentiable in the values. Groups not named keep their current capacities.
+    Differentiable in the values. Groups not named keep their current capacities. A value may be a
+    string in the group's unit, as in a config: ``"1.6Tbps"`` for a capacity group, ``"4"`` for a ratio.
     """
     capacity = network.capacity
     for name, value in params.items():
@@ -260,6 +262,7 @@ def apply_groups(network: Network, info: FabricInfo, params: Mapping[str, float 
             close = difflib.get_close_matches(name, info.groups, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; known: {sorted(info.groups)[:8]}"
             raise ValueError(f"groups: unknown link group {name!r}{hint}")
+        value = _units.coerce(value, "bandwidth" if info.groups[name].kind == CAPACITY else "ratio", f"groups[{name}]")
         if not is_traced(value):
             v = np.asarray(value)
             if v.shape != () or not (np.isfinite(v) and v > 0):

@@ -1,7 +1,8 @@
 """Descriptions of fabrics: frozen dataclasses that validate themselves, and topology helpers.
 
 A fleet is a tuple of sites joined by long-haul links. Each site is one scale-out Clos whose GPUs are
-grouped into scale-up domains. Units are SI: bytes/s, seconds, km. Every bad value raises a
+grouped into scale-up domains. Units are SI: bytes/s, seconds, km; a field may also be given as the
+config's unit string (``"400Gbps"``, ``"2us"``, ``"10km"``), read once here. Every bad value raises a
 ``ValueError`` that names the field and the value.
 """
 
@@ -11,6 +12,8 @@ import dataclasses
 import math
 import numbers
 from collections.abc import Mapping, Sequence
+
+from .. import _units
 
 FIBRE_DELAY_S_PER_KM = 4.9e-6  # light in fibre: ~1,000 km is ~10 ms round trip (docs/sources.md)
 
@@ -22,6 +25,13 @@ def _positive(where: str, value, *, integer: bool = False) -> None:
     if not ok:
         kind = "a positive integer" if integer else "> 0 and finite"
         raise ValueError(f"{where}: must be {kind}, got {value!r}")
+
+
+def _read_units(spec, where: str, **kinds: str) -> None:
+    """Fields given as unit strings (``"400Gbps"``, ``"2us"``, ``"10km"``) become SI numbers, read as
+    the YAML loader reads them; numbers pass unchanged to the field checks."""
+    for name, kind in kinds.items():
+        object.__setattr__(spec, name, _units.coerce(getattr(spec, name), kind, f"{where}.{name}"))
 
 
 def _nonnegative(where: str, value) -> None:
@@ -48,6 +58,7 @@ class ScaleUp:
     topology: str = "switch"
 
     def __post_init__(self):
+        _read_units(self, "scale_up", bandwidth="bandwidth", latency="time")
         _positive("scale_up.size", self.size, integer=True)
         _positive("scale_up.bandwidth", self.bandwidth)
         _nonnegative("scale_up.latency", self.latency)
@@ -98,6 +109,7 @@ class Clos:
     def __post_init__(self):
         if self.tiers not in (2, 3):
             raise ValueError(f"scale_out.tiers: must be 2 or 3, got {self.tiers!r}")
+        _read_units(self, "scale_out", nic_bandwidth="bandwidth", latency="time")
         for name in ("gpus_per_leaf", "leaves_per_pod", "spines_per_pod", "pods", "aggs_per_plane"):
             _positive(f"scale_out.{name}", getattr(self, name), integer=True)
         if self.tiers == 2 and self.pods != 1:
@@ -171,6 +183,7 @@ class Site:
         where = f"sites[{self.name}]"
         if self.scale_out is None and self.scale_up is None:
             raise ValueError(f"{where}: needs a scale_out fabric, a scale_up domain or both")
+        _read_units(self, where, border_oversubscription="ratio")
         _positive(f"{where}.border_oversubscription", self.border_oversubscription)
         if self.scale_out is not None and self.scale_up is not None:
             n, d = self.scale_out.num_gpus, self.scale_up.size
@@ -207,6 +220,7 @@ class LongHaul:
         where = f"long_haul[{self.a}-{self.b}]"
         if self.a == self.b:
             raise ValueError(f"{where}: a long-haul link joins two different sites, got {self.a!r} twice")
+        _read_units(self, where, capacity="bandwidth", length_km="length", extra_latency="time")
         _positive(f"{where}.capacity", self.capacity)
         _nonnegative(f"{where}.length_km", self.length_km)
         _nonnegative(f"{where}.extra_latency", self.extra_latency)
@@ -265,7 +279,7 @@ class Fleet:
 
 
 def _per_segment(where: str, value, count: int) -> list[float]:
-    values = list(value) if isinstance(value, Sequence) else [value] * count
+    values = list(value) if isinstance(value, Sequence) and not isinstance(value, str) else [value] * count
     if len(values) != count:
         raise ValueError(f"{where}: needs {count} values (one per segment), got {len(values)}")
     return values

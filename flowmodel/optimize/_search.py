@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from .. import _units
 from ..fabric._build import CAPACITY
 from ..fabric._network import FabricInfo, Network, apply_groups
 
@@ -40,6 +41,13 @@ class Knob:
     allowed: tuple[float, ...] | None = None
 
     def __post_init__(self):
+        # as in a config: a number is a ratio or bytes/s, a string a bandwidth ("400Gbps")
+        where = f"knobs[{self.group}]"
+        for name in ("lower", "upper"):
+            object.__setattr__(self, name, _units.coerce(getattr(self, name), "bandwidth", f"{where}.{name}"))
+        if self.allowed is not None and not isinstance(self.allowed, str):
+            object.__setattr__(self, "allowed", tuple(_units.coerce(v, "bandwidth", f"{where}.allowed[{i}]")
+                                                      for i, v in enumerate(self.allowed)))
         for name in ("lower", "upper"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):

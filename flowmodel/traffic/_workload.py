@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from .. import _units
 from ._collectives import Phase
 
 DIMS = ("tp", "cp", "pp", "dp")  # rank order, fastest-varying first: TP in a domain, PP across racks, DP widest
@@ -213,6 +214,7 @@ class Training:
             object.__setattr__(self, "ranks", tuple(int(r) for r in self.ranks))
             if len(set(self.ranks)) != len(self.ranks):
                 raise ValueError("training.ranks: a GPU rank is listed twice")
+        object.__setattr__(self, "hbm", _units.coerce(self.hbm, "size", "training.hbm"))  # "80GB" as in a config
         _pos("training.hbm", self.hbm)
         static = self.memory()
         static = static["weights"] + static["gradients"] + static["optimizer"]
@@ -300,7 +302,15 @@ class Background:
     name: str
     src: tuple[int, ...]
     dst: tuple[int, ...]
-    rate: float | tuple[float, ...]
+    rate: float | str | tuple[float | str, ...]
+
+    def __post_init__(self):  # rates as in a config ("100Gbps"), read once here
+        where = f"background[{self.name}].rate"
+        if isinstance(self.rate, (list, tuple)):
+            rate = tuple(_units.coerce(r, "bandwidth", f"{where}[{i}]") for i, r in enumerate(self.rate))
+        else:
+            rate = _units.coerce(self.rate, "bandwidth", where)
+        object.__setattr__(self, "rate", rate)
 
 
 @dataclasses.dataclass(frozen=True)
