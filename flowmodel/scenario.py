@@ -45,6 +45,7 @@ from .steptime import (
     TrainingPlan,
     check_workloads,
     constant_load,
+    coupling_groups,
     evaluate_fleet,
     plan_training,
     residual_capacity,
@@ -227,7 +228,8 @@ class Model:
       scenario: what it was prepared from; graph, network, info, router: the fabric as built,
       compiled and routed; plans: one per training job still connected; lost: workload name -> why
       it could not be planned (only with ``prepare(..., drop_lost=True)``); fixed_load: float[L] bytes/s
-      of inference and background traffic; transfers: (service name, routed KV transfer) pairs.
+      of inference and background traffic; transfers: (service name, routed KV transfer) pairs;
+      groups: the jobs (indices into plans) coupled through shared links (``steptime.coupling_groups``).
 
     ``fleet`` and ``step_time`` are pure functions of the network (and WCMP logits): jit, vmap and
     differentiate them. ``evaluate`` runs the same function through a compiled program that this
@@ -240,6 +242,7 @@ class Model:
                  transfers: tuple[tuple[str, RoutedPhase], ...], lost: dict[str, str]):
         self.scenario, self._graph, self.network, self.info, self.router = scenario, graph, network, info, router
         self.plans, self.fixed_load, self.transfers, self.lost = plans, fixed_load, transfers, lost
+        self.groups = coupling_groups(plans, network.num_links)
         self._programs: dict[Options, Callable] = {}
 
     @property
@@ -258,7 +261,7 @@ class Model:
         """Every job's step and every service's KV transfer time on ``network`` (default: the scenario's)."""
         return evaluate_fleet(list(self.plans), self.network if network is None else network,
                               self.options if options is None else options, fixed_load=self.fixed_load,
-                              transfers=self.transfers, info=self.info, logits=logits)
+                              transfers=self.transfers, info=self.info, logits=logits, groups=self.groups)
 
     def step_time(self, network: Network | None = None, options: Options | None = None, logits=None):
         """The scenario's step time: its slowest training job's (a scalar; differentiable)."""
