@@ -71,7 +71,7 @@ def fleet_result(model, fleet) -> dict:
             "step_time_s": jobs[slowest]["step_time_s"] if slowest else None,
             "breakdown_s": jobs[slowest]["breakdown_s"] if slowest else {},
             "critical_job": slowest, "jobs": jobs, "kv_transfer_s": _floats(fleet.kv_transfer_s),
-            "fixed_point": {"iterations": fleet.iterations, "converged": bool(fleet.converged),
+            "fixed_point": {"iterations": int(fleet.iterations), "converged": bool(fleet.converged),
                             "last_change_s": float(fleet.change)}}
 
 
@@ -143,6 +143,7 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
     from tqdm import tqdm
 
     from . import optimize, plots
+    from .objectives import planning_objective
     from .results import write_json
 
     model = _prepare(_needs(scenario, "optimize"), quiet, gradients=True)
@@ -150,16 +151,14 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
     _check_groups(model, [k.group for k in o.knobs], lambda i, g: f"optimize.knobs[{i}].group")
     space = optimize.Space(model.info, o.knobs, o.cost)
     baseline_values = {k.group: model.info.groups[k.group].value for k in o.knobs}
-    objective, exact = model.objective()
-    _say(quiet)("compile the search")
+    objective, exact, gradient = planning_objective(model, o.objective, kv_weight=o.kv_weight, search=o.search)
+    _say(quiet)(f"compile the search ({o.objective}, {o.search} rates)")
     with tqdm(total=o.steps * o.restarts, desc="optimize", disable=quiet, leave=False) as bar:
         res = optimize.minimize(objective, model.network, space, exact=exact, budget=o.budget, steps=o.steps,
                                 optimizer=optax.adam(o.learning_rate), restarts=o.restarts, seed=o.seed,
                                 callback=lambda i, v: (bar.update(1), bar.set_postfix(objective=f"{v:.4g}")))
     searched = res.optimized
     _say(quiet)("round to allowed values, polish and certify on the exact model")
-    exact_options = model.options.exact()
-    gradient = lambda net, logits: model.step_time(net, exact_options, logits)  # noqa: E731
     done = optimize.finish(res, model.network, space, exact, budget=o.budget, gradient=gradient)
     res = done.result
     before, after = model.evaluate(), model.evaluate(res.network, logits=res.logits)

@@ -180,7 +180,8 @@ OPTIONS = {
     "queueing": ("bool", False, "add M/M/1 queueing delay at each link's mean utilisation"),
     "packet": ("size", None, "packet size of the queueing model (default 4096B; needs queueing)"),
     "buffer": ("size", None, "per-port buffer of the queueing model (default 1,000 packets; needs queueing)"),
-    "fleet_iterations": ("int", 8, "fixed-point sweeps coupling the jobs' loads (one job needs one)"),
+    "fleet_tolerance": ("float", 1e-6, "relative change at which the sweeps coupling jobs that share links stop"),
+    "fleet_iterations": ("int", 50, "the most sweeps coupling jobs that share links (jobs that share none: none)"),
     "transport": ("str", None, "transport profile fitted against ns-3: tcp (NewReno), newreno, cubic, dctcp"),
 }
 RENAMED = {"model.alpha": "model.step_latency"}  # old key -> new key: a clear error, never ignored
@@ -202,6 +203,14 @@ OPTIMIZE = {
     "learning_rate": ("float", 0.05, "Adam's learning rate, > 0"),
     "restarts": ("int", 1, "random restarts (the best is kept)"),
     "seed": ("int", 0, "seed of the restarts"),
+    "objective": ("str", "step_time", "what to minimise: `step_time` (the slowest job), `throughput` (GPU-weighted "
+                                      "mean step time of the training jobs, plus kv_weight x each inference "
+                                      "service's KV transfer time), `expected` (over the failures section, weighted "
+                                      "by probability and healthy_weight), `time_to_train` (the reliability section)"),
+    "kv_weight": ("float", 0.0, "under `throughput`: seconds of objective per second of each inference service's "
+                                "KV transfer time (0: inference does not enter)"),
+    "search": ("str", "smooth", "rates the gradient search runs on: `smooth` (alpha-fair relaxation) or `exact` "
+                                "(the exact model's subgradients); results are always reported exact"),
 }
 SWEEP = {
     "grid": ("grid", REQUIRED, "link group -> list of values; the sweep evaluates every combination"),
@@ -477,6 +486,7 @@ def parse(data: Any) -> Scenario:
                                             buffer_bytes=options["buffer"], **queue), "model", "congestion")
     model_options = _make(Options, dict(sharpness=options["sharpness"], step_latency=options["step_latency"],
                                         congestion=congestion, fleet_iterations=options["fleet_iterations"],
+                                        fleet_tol=options["fleet_tolerance"],
                                         transport=options["transport"]),
                           "model", "options")
     sw = raw["sweep"]

@@ -385,16 +385,18 @@ def report(model: Model, jobs: dict[str, JobReliability] | None = None) -> tuple
     return result, lines
 
 
-def objective(model: Model, job: JobReliability | None = None) -> tuple[Callable, Callable]:
+def objective(model: Model, job: JobReliability | None = None, *, search: str = "smooth") -> tuple[Callable, Callable]:
     """(search, exact) functions of (network, logits) for ``optimize.minimize``: the expected time to
-    train (seconds) of ``job`` (default: the only planned one) with smooth rates for the search and
-    exact ones for the report; the checkpoint interval follows the section (optimal by default)."""
+    train (seconds) of ``job`` (default: the only planned one) with smooth rates for the search
+    (``search="exact"``: exact ones) and exact ones for the report; the checkpoint interval follows
+    the section (optimal by default)."""
     if job is None:
         jobs = plan(model)
         if len(jobs) != 1:
             raise ValueError(f"job: the scenario plans {len(jobs)} jobs with tokens or steps; name one")
         job = next(iter(jobs.values()))
-    smooth, exact = model.options.relaxed(), model.options.exact()
+    exact = model.options.exact()
+    during = model.options.relaxed() if search == "smooth" else exact
     compiled = jax.jit(lambda net: time_to_train(job, model, net, options=exact)["expected_s"])
-    return (lambda net, logits: time_to_train(job, model, net, options=smooth)["expected_s"],
+    return (lambda net, logits: time_to_train(job, model, net, options=during)["expected_s"],
             lambda net, logits: float(compiled(net)))

@@ -208,20 +208,10 @@ def carry_groups(model: Model, failed_model: Model, network: Network, groups: Se
                         {k: v for k, v in values.items() if k in failed_model.info.groups})
 
 
-def expected_objective(model: Model, scenarios: Sequence[Failure], groups: Sequence[str], *,
-                       healthy_weight: float = 1.0, options: Options | None = None):
-    """(objective, exact, disconnected) for ``optimize.minimize``: the probability-weighted mean of the
-    scenario's step time over the healthy fabric (weight ``healthy_weight``) and every failure.
-
-    The optimizer moves the healthy fabric's ``groups``; each failure's fabric takes the same group
-    values (``fabric.group_values``), so capacity bought once serves in every failure where its links
-    survive. Failures that disconnect a job are left out; their names are returned so the caller can
-    report them. The search runs on ``options.relaxed()``, the report on ``options.exact()``.
-    """
-    unknown = [n for n in groups if n not in model.info.groups]
-    if unknown:
-        raise ValueError(f"groups: unknown link group {unknown[0]!r}")
-    options = model.options if options is None else options
+def expected_cases(model: Model, scenarios: Sequence[Failure], *, healthy_weight: float = 1.0):
+    """([(weight, model), ...], lost): the healthy model at ``healthy_weight`` and each failure's model
+    at its probability, weights normalised to sum to 1; failures that disconnect a job are left out
+    and their names returned (``lost``)."""
     cases, lost = [], []
     for weight, case, name in [(healthy_weight, None, "healthy")] + [(s.probability, s, s.name) for s in scenarios]:
         if weight <= 0:
@@ -232,12 +222,38 @@ def expected_objective(model: Model, scenarios: Sequence[Failure], groups: Seque
             continue
         cases.append((weight, m))
     total = sum(w for w, _ in cases)
+    return [(w / total, m) for w, m in cases], lost
+
+
+def expected_step_time(model: Model, cases, groups: Sequence[str], network: Network, options: Options):
+    """The weighted mean step time over ``cases`` (``expected_cases``) with ``network``'s values of
+    ``groups`` carried into every failure's fabric; differentiable in ``network``."""
+    return sum(w * m.step_time(carry_groups(model, m, network, groups), options) for w, m in cases)
+
+
+def expected_objective(model: Model, scenarios: Sequence[Failure], groups: Sequence[str], *,
+                       healthy_weight: float = 1.0, options: Options | None = None, search: str = "smooth"):
+    """(objective, exact, disconnected) for ``optimize.minimize``: the probability-weighted mean of the
+    scenario's step time over the healthy fabric (weight ``healthy_weight``) and every failure.
+
+    The optimizer moves the healthy fabric's ``groups``; each failure's fabric takes the same group
+    values (``fabric.group_values``), so capacity bought once serves in every failure where its links
+    survive. Failures that disconnect a job are left out; their names are returned so the caller can
+    report them. The search runs on ``options.relaxed()`` (``search="exact"``: ``options.exact()``), the
+    report on ``options.exact()``.
+    """
+    unknown = [n for n in groups if n not in model.info.groups]
+    if unknown:
+        raise ValueError(f"groups: unknown link group {unknown[0]!r}")
+    options = model.options if options is None else options
+    during = options.relaxed() if search == "smooth" else options.exact()
+    cases, lost = expected_cases(model, scenarios, healthy_weight=healthy_weight)
 
     def objective(net, logits):
-        return sum(w / total * m.step_time(carry_groups(model, m, net, groups), options.relaxed()) for w, m in cases)
+        return expected_step_time(model, cases, groups, net, during)
 
     def exact(net, logits):
-        return float(sum(w / total * m.evaluate(carry_groups(model, m, net, groups), options.exact()).step_time
+        return float(sum(w * m.evaluate(carry_groups(model, m, net, groups), options.exact()).step_time
                          for w, m in cases))
 
     return objective, exact, lost

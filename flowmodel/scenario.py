@@ -45,6 +45,7 @@ from .steptime import (
     TrainingPlan,
     check_workloads,
     constant_load,
+    coupling_groups,
     evaluate_fleet,
     plan_training,
     residual_capacity,
@@ -80,7 +81,9 @@ class Routing:
 
 @dataclasses.dataclass(frozen=True)
 class Search:
-    """The optimize section: knobs, their cost and the budget, and the gradient search's settings."""
+    """The optimize section: knobs, their cost and the budget, what to minimise (``objective``, see
+    ``flowmodel.objectives``; ``kv_weight`` for inference under ``throughput``), whether the search
+    runs on smooth or exact rates (``search``), and the gradient search's settings."""
 
     knobs: tuple[Knob, ...]
     cost: CostModel = dataclasses.field(default_factory=CostModel)
@@ -89,6 +92,9 @@ class Search:
     learning_rate: float = 0.05
     restarts: int = 1
     seed: int = 0
+    objective: str = "step_time"
+    kv_weight: float = 0.0
+    search: str = "smooth"
 
     def __post_init__(self):
         if not self.knobs:
@@ -101,6 +107,13 @@ class Search:
             raise ValueError(f"optimize.learning_rate: must be > 0, got {self.learning_rate!r}")
         if self.budget is not None and not (math.isfinite(self.budget) and self.budget > 0):
             raise ValueError(f"optimize.budget: must be > 0, got {self.budget!r}")
+        if self.objective not in ("step_time", "throughput", "expected", "time_to_train"):
+            raise ValueError(f"optimize.objective: unknown objective {self.objective!r}; known: step_time, "
+                             f"throughput, expected, time_to_train")
+        if not (math.isfinite(self.kv_weight) and self.kv_weight >= 0):
+            raise ValueError(f"optimize.kv_weight: must be >= 0, got {self.kv_weight!r}")
+        if self.search not in ("smooth", "exact"):
+            raise ValueError(f"optimize.search: must be smooth or exact, got {self.search!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +192,11 @@ class Scenario:
             raise ValueError("workloads: needs at least one training job or inference service")
         if self.reliability is not None and all(job.training_steps is None for job in self.training):
             raise ValueError("workloads.training: the reliability section needs a training job with tokens or steps")
+        needs = {"expected": ("failures", self.failures), "time_to_train": ("reliability", self.reliability)}
+        if self.optimize is not None and self.optimize.objective in needs:
+            section, value = needs[self.optimize.objective]
+            if value is None:
+                raise ValueError(f"optimize.objective: {self.optimize.objective} needs a {section} section")
 
     def warnings(self) -> list[str]:
         """What is legal but probably not meant: GPUs no workload uses, a job whose estimated memory
@@ -227,7 +245,8 @@ class Model:
       scenario: what it was prepared from; graph, network, info, router: the fabric as built,
       compiled and routed; plans: one per training job still connected; lost: workload name -> why
       it could not be planned (only with ``prepare(..., drop_lost=True)``); fixed_load: float[L] bytes/s
-      of inference and background traffic; transfers: (service name, routed KV transfer) pairs.
+      of inference and background traffic; transfers: (service name, routed KV transfer) pairs;
+      groups: the jobs (indices into plans) coupled through shared links (``steptime.coupling_groups``).
 
     ``fleet`` and ``step_time`` are pure functions of the network (and WCMP logits): jit, vmap and
     differentiate them. ``evaluate`` runs the same function through a compiled program that this
@@ -240,6 +259,7 @@ class Model:
                  transfers: tuple[tuple[str, RoutedPhase], ...], lost: dict[str, str]):
         self.scenario, self._graph, self.network, self.info, self.router = scenario, graph, network, info, router
         self.plans, self.fixed_load, self.transfers, self.lost = plans, fixed_load, transfers, lost
+        self.groups = coupling_groups(plans, network.num_links)
         self._programs: dict[Options, Callable] = {}
 
     @property
@@ -258,7 +278,7 @@ class Model:
         """Every job's step and every service's KV transfer time on ``network`` (default: the scenario's)."""
         return evaluate_fleet(list(self.plans), self.network if network is None else network,
                               self.options if options is None else options, fixed_load=self.fixed_load,
-                              transfers=self.transfers, info=self.info, logits=logits)
+                              transfers=self.transfers, info=self.info, logits=logits, groups=self.groups)
 
     def step_time(self, network: Network | None = None, options: Options | None = None, logits=None):
         """The scenario's step time: its slowest training job's (a scalar; differentiable)."""
@@ -273,13 +293,34 @@ class Model:
             self._programs[options] = Program(lambda net, lg: self.fleet(net, options, lg))
         return self._programs[options](network, logits)
 
-    def objective(self, options: Options | None = None) -> tuple[Callable, Callable]:
-        """(search, exact) functions of (network, logits) for ``optimize.minimize``: the scenario's step
-        time with smooth rates (``options.relaxed()``) for the search, and exact for reporting."""
+    def score(self, fleet: FleetResult, objective: str = "step_time", kv_weight: float = 0.0):
+        """One number of a fleet result (differentiable): ``step_time``, the slowest job's; or
+        ``throughput``, the GPU-weighted mean step time of the training jobs, sum_j G_j t_j / sum_j G_j,
+        plus ``kv_weight`` x each inference service's KV transfer time (every job's bottleneck has a
+        gradient, not only the slowest one's)."""
+        if objective == "step_time":
+            return fleet.step_time
+        if objective != "throughput":
+            raise ValueError(f"optimize.objective: must be step_time or throughput here, got {objective!r}")
+        gpus = {plan.job.name: plan.job.parallelism.size for plan in self.plans}
+        if not gpus:
+            raise ValueError("optimize.objective: throughput needs a training job")
+        mean = sum(gpus[name] * r.step_time for name, r in fleet.steps.items()) / sum(gpus.values())
+        return mean + kv_weight * sum(fleet.kv_transfer_s.values())
+
+    def objective(self, options: Options | None = None, *, objective: str = "step_time", kv_weight: float = 0.0,
+                  search: str = "smooth") -> tuple[Callable, Callable]:
+        """(search, exact) functions of (network, logits) for ``optimize.minimize``: ``score`` of the fleet,
+        searched on smooth rates (``options.relaxed()``) or on the exact model with its (sub)gradients
+        (``search="exact"``), and exact for reporting."""
+        if search not in ("smooth", "exact"):
+            raise ValueError(f"optimize.search: must be smooth or exact, got {search!r}")
         options = self.options if options is None else options
-        smooth, exact = options.relaxed(), options.exact()
-        return (lambda net, logits: self.step_time(net, smooth, logits),
-                lambda net, logits: float(self.evaluate(net, exact, logits).step_time))
+        during, exact = (options.relaxed() if search == "smooth" else options.exact()), options.exact()
+        if objective not in ("step_time", "throughput"):
+            raise ValueError(f"optimize.objective: must be step_time or throughput here, got {objective!r}")
+        return (lambda net, logits: self.score(self.fleet(net, during, logits), objective, kv_weight),
+                lambda net, logits: float(self.score(self.evaluate(net, exact, logits), objective, kv_weight)))
 
 
 def prepare(scenario: Scenario, *, graph: nx.DiGraph | None = None, drop_lost: bool = False,

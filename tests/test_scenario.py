@@ -106,7 +106,8 @@ WALK = {
         "queueing": ({}, False, True, "step"),
         "packet": ({f"{MODEL}.queueing": True}, "1KB", "64KB", "step"),
         "buffer": ({f"{MODEL}.queueing": True}, "64KB", "64MB", "step"),
-        "fleet_iterations": "one training job: the coupling between jobs needs a second one",
+        "fleet_iterations": "one training job: the coupling between jobs needs a second one (tests/test_coupling.py)",
+        "fleet_tolerance": "one training job: the coupling between jobs needs a second one (tests/test_coupling.py)",
         "transport": ({}, None, "dctcp", "step"),
     },
     JOB: {

@@ -358,7 +358,7 @@ def test_concurrent_jobs_slow_each_other_only_where_they_share_links():
     b = tr.Training(TINY, par, global_batch=16, name="b", ranks=tuple([*range(8, 16), *range(24, 32)]))
     alone = sc.prepare(sc.Scenario("alone", fleet, training=(a,))).evaluate()
     both = sc.prepare(sc.Scenario("both", fleet, training=(a, b))).evaluate()
-    assert bool(both.converged) and both.iterations == st.Options().fleet_iterations
+    assert bool(both.converged) and 1 <= int(both.iterations) < st.Options().fleet_iterations
     t_alone, t_both = float(alone.steps["a"].step_time), float(both.steps["a"].step_time)
     assert t_both > t_alone  # the spine-aggregation links are shared
     assert float(both.steps["a"].breakdown["tp"]) == pytest.approx(float(alone.steps["a"].breakdown["tp"]))

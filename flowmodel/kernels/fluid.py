@@ -36,7 +36,8 @@ import numpy as np
 from .. import _checks
 from .._types import Array, Float, Int
 from ._adjoint import adjoint
-from ._host import HOST_WINDOW, engine_for, host_simulate, host_solve
+from ._host import engine_for, host_simulate, host_solve
+from ._host_adjoint import fluid_adjoint
 from ._incidence import Incidence, link_sums, members_for, pad_routes, prepare
 from ._transport import Transport, transport_inputs, transport_profile
 from ._waterfill import (
@@ -246,9 +247,13 @@ def _finish_bwd(has_caps, engine, res, finish_bar):
     L = capacity.shape[0]
     dtype = capacity.dtype
     E = ev.time.shape[0]
+    if engine == "host":  # the whole recursion in one compiled kernel (kernels/_host_adjoint.py)
+        size_bar, cap_bar, w_bar, lim_bar, t_bar = fluid_adjoint(routes, capacity, weights, rate_limit, ev,
+                                                                 finish_bar)
+        return (None, None, size_bar, cap_bar, w_bar, lim_bar, *_arrival_adjoint(routes, L, F, E, ev, t_bar))
     # d finish_f / d (time of the event at which f completes) = 1
     t_bar0 = jnp.zeros(E, dtype).at[jnp.where(ev.last >= 0, ev.last, E - 1)].add(finish_bar)
-    window = min(F, HOST_WINDOW) if engine == "host" else pass_window(F, L, members, _CANDIDATES)
+    window = pass_window(F, L, members, _CANDIDATES)
 
     def body(state):
         k, t_bar, mu, size_bar, cap_bar, w_bar, lim_bar = state
@@ -270,11 +275,14 @@ def _finish_bwd(has_caps, engine, res, finish_bar):
     init = (ev.count - 2, t_bar0, jnp.zeros(F, dtype), jnp.zeros(F, dtype), jnp.zeros(L, dtype),
             jnp.zeros(F, dtype), jnp.zeros(F, dtype))
     _, t_bar, _, size_bar, cap_bar, w_bar, lim_bar = jax.lax.while_loop(lambda s: s[0] >= 0, body, init)
-    # activation events: t = start_g + latency along g
+    return (None, None, size_bar, cap_bar, w_bar, lim_bar, *_arrival_adjoint(routes, L, F, E, ev, t_bar))
+
+
+def _arrival_adjoint(routes, L, F, E, ev, t_bar):
+    """(start_bar, lat_bar): activation events are at t = start_g + latency along g."""
     is_arrival = (jnp.arange(E) < ev.count) & ~ev.completes
     start_bar = jax.ops.segment_sum(jnp.where(is_arrival, t_bar, 0), ev.cause, num_segments=F)
-    lat_bar = link_sums(pad_routes(routes, L), start_bar, L + 1)[:L]
-    return None, None, size_bar, cap_bar, w_bar, lim_bar, start_bar, lat_bar
+    return start_bar, link_sums(pad_routes(routes, L), start_bar, L + 1)[:L]
 
 
 _finish.defvjp(_finish_fwd, _finish_bwd)

@@ -33,7 +33,9 @@ from ._comm import route_phase as route_phase
 from ._fleet import FleetResult as FleetResult
 from ._fleet import check_workloads as check_workloads
 from ._fleet import constant_load as constant_load
+from ._fleet import coupling_groups as coupling_groups
 from ._fleet import evaluate_fleet as evaluate_fleet
+from ._fleet import fixed_point as fixed_point
 from ._reliability import CABLES as CABLES
 from ._reliability import SWITCHES as SWITCHES
 from ._reliability import Component as Component

@@ -84,8 +84,10 @@ class Options:
       step_latency: per-step software latency of every collective step (s), e.g. NCCL's per-message
         overhead.
       congestion: window limit and queueing delay (:class:`Congestion`); None: both off.
-      fleet_iterations: Gauss-Seidel sweeps of the mean-field coupling between training jobs (a
-        fixed count, so that the evaluation is one differentiable function; one job needs one).
+      fleet_tol: relative change of every coupled job's step time at which the Gauss-Seidel sweeps
+        of the mean-field coupling stop (jobs that share no link are never swept).
+      fleet_iterations: the most sweeps a coupled group may take (``FleetResult.converged`` says
+        whether ``fleet_tol`` was reached).
       transport: a transport profile (``"tcp"``, ``"cubic"``, ``"dctcp"`` or a ``Transport``; a name is
         turned into its profile) applied to every phase's flows; None: pure fluid.
     """
@@ -94,7 +96,8 @@ class Options:
     sharpness: float = 64.0
     step_latency: float = 0.0
     congestion: Congestion | None = None
-    fleet_iterations: int = 8
+    fleet_tol: float = 1e-6
+    fleet_iterations: int = 50
     transport: Transport | None = None
 
     def __post_init__(self):
@@ -113,6 +116,8 @@ class Options:
             raise ValueError(f"options.congestion: must be a Congestion or None, got {self.congestion!r}")
         if not (isinstance(self.fleet_iterations, int) and self.fleet_iterations >= 1):
             raise ValueError(f"options.fleet_iterations: must be an integer >= 1, got {self.fleet_iterations!r}")
+        if not (isinstance(self.fleet_tol, (int, float)) and np.isfinite(self.fleet_tol) and self.fleet_tol > 0):
+            raise ValueError(f"options.fleet_tol: must be > 0, got {self.fleet_tol!r}")
 
     @property
     def smooth(self) -> bool:

@@ -3,23 +3,28 @@
 Within a training job, collectives contend exactly (fluid max-min over shared links). Between
 workloads the coupling is mean-field: each workload sees every other one as constant-rate traffic
 at its average link load over a step (bytes per step / step time), taken from capacity first.
-Step times and loads are solved together by Gauss-Seidel sweeps over the jobs, a fixed number of
-them (``Options.fleet_iterations``; one job needs one), so that the evaluation is one differentiable
-function of the network; the result says how much the last sweep still changed.
+Only jobs that share a link are coupled (``coupling_groups``): a job alone in its group is evaluated
+once. Within a group, step times and loads are solved together by Gauss-Seidel sweeps to a relative
+tolerance (``Options.fleet_tol``, at most ``Options.fleet_iterations`` sweeps), and the gradient goes
+through the fixed point by the implicit function theorem, not by unrolling the sweeps
+(``fixed_point``); the result says how much the last sweep still changed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.sparse as sp
+from scipy.sparse import csgraph
 
 from ..fabric import FabricInfo, Network
 from ..routing import Router
 from ._comm import EXACT, Options, RoutedPhase, background_load, phase_time, residual_capacity
-from ._training import StepResult, TrainingPlan, step_bytes, step_time
+from ._training import StepResult, TrainingPlan, routed_phases, step_bytes, step_time
 
 
 def constant_load(router: Router, inference=(), background=(), *, policy: str = "ecmp", seed: int = 0,
@@ -38,12 +43,13 @@ def constant_load(router: Router, inference=(), background=(), *, policy: str = 
 
 @dataclasses.dataclass(frozen=True)
 class FleetResult:
-    """Every training job's step, every inference service's KV transfer time (s), and the coupling's
-    last relative change (``change``; ``converged`` when it is within ``tol``)."""
+    """Every training job's step, every inference service's KV transfer time (s), and the coupling:
+    the most sweeps a coupled group took (``iterations``; 0 when no jobs share a link), the last
+    sweep's largest relative change (``change``), ``converged`` when it is within ``Options.fleet_tol``."""
 
     steps: dict[str, StepResult]
     kv_transfer_s: dict[str, object]
-    iterations: int
+    iterations: object
     change: object
     converged: object
 
@@ -57,8 +63,8 @@ class FleetResult:
         return max(self.steps, key=lambda name: float(self.steps[name].step_time)) if self.steps else None
 
 
-jax.tree_util.register_dataclass(FleetResult, data_fields=["steps", "kv_transfer_s", "change", "converged"],
-                                 meta_fields=["iterations"])
+jax.tree_util.register_dataclass(FleetResult, data_fields=["steps", "kv_transfer_s", "iterations", "change",
+                                                                    "converged"], meta_fields=[])
 
 
 def _slowest(values):
@@ -90,44 +96,134 @@ def job_logits(logits, j: int):
     return own or None
 
 
+def plan_links(plan: TrainingPlan) -> np.ndarray:
+    """int64[] every link the plan's routed phases can use (WCMP: every candidate path's links)."""
+    parts = [np.zeros(0, np.int64)]
+    for ph in routed_phases(plan).values():
+        if ph.sub is not None:
+            parts.append(np.asarray(ph.sub.routes).ravel())
+        if ph.candidates is not None:
+            parts.append(np.asarray(ph.candidates.links).ravel())
+    links = np.unique(np.concatenate(parts).astype(np.int64))
+    return links[links >= 0]
+
+
+def coupling_groups(plans, num_links: int) -> tuple[tuple[int, ...], ...]:
+    """The jobs (indices into ``plans``) that contend with each other, directly or through a chain of
+    jobs: connected components of "shares a link". A job alone in its group needs no coupling sweeps."""
+    if not plans:
+        return ()
+    links = [plan_links(p) for p in plans]
+    rows = np.concatenate([np.full(len(ls), j) for j, ls in enumerate(links)])
+    cols = np.concatenate(links)
+    if cols.size and cols.max() >= num_links:
+        raise ValueError(f"plans: a route names link {int(cols.max())}, but the network has {num_links} links")
+    uses = sp.csr_matrix((np.ones(cols.size), (rows, cols)), shape=(len(plans), num_links))
+    _, label = csgraph.connected_components(uses @ uses.T, directed=False)
+    return tuple(tuple(np.flatnonzero(label == c).tolist()) for c in np.unique(label))
+
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 3, 4))
+def fixed_point(sweep, theta, y0, tol: float, max_sweeps: int):
+    """``y = sweep(theta, y)`` iterated from ``y0`` until the largest relative change is <= ``tol``
+    (at most ``max_sweeps`` sweeps): returns (y, sweeps, change).
+
+    Reverse mode differentiates the fixed point implicitly: with ``J = d sweep / d y`` at the solution,
+    ``theta_bar = (d sweep / d theta)^T w`` where ``(I - J)^T w = y_bar``; ``J`` is n x n for n
+    coupled jobs (n batched VJPs), so the cost does not grow with the sweeps taken. ``sweeps`` and
+    ``change`` carry no gradient. (optimistix's implicit adjoint is forward-mode first and cannot
+    pass through the max-min kernels' custom VJPs, hence this small one.)
+    """
+    return _iterate(sweep, theta, y0, tol, max_sweeps)
+
+
+def _iterate(sweep, theta, y0, tol, max_sweeps):
+    def cond(state):
+        _, k, change = state
+        return (change > tol) & (k < max_sweeps)
+
+    def body(state):
+        y, k, _ = state
+        new = sweep(theta, y)
+        return new, k + 1, jnp.max(jnp.abs(new - y) / new)
+
+    return jax.lax.while_loop(cond, body, (y0, jnp.asarray(0), jnp.asarray(jnp.inf, y0.dtype)))
+
+
+def _fixed_point_fwd(sweep, theta, y0, tol, max_sweeps):
+    out = _iterate(sweep, theta, y0, tol, max_sweeps)
+    return out, (theta, out[0])
+
+
+def _fixed_point_bwd(sweep, tol, max_sweeps, res, cotangents):
+    theta, y = res
+    y_bar = cotangents[0]
+    _, vjp = jax.vjp(sweep, theta, y)
+    jac = jax.vmap(lambda e: vjp(e)[1])(jnp.eye(y.shape[0], dtype=y.dtype))  # row i: e_i^T J
+    w = jnp.linalg.solve((jnp.eye(y.shape[0], dtype=y.dtype) - jac).T, y_bar)
+    return vjp(w)[0], jnp.zeros_like(y)
+
+
+fixed_point.defvjp(_fixed_point_fwd, _fixed_point_bwd)
+
+
 def evaluate_fleet(plans: list[TrainingPlan], network: Network, options: Options = EXACT, *, fixed_load=None,
                    transfers: tuple[tuple[str, RoutedPhase], ...] = (), info: FabricInfo | None = None,
-                   logits=None, tol: float = 1e-6) -> FleetResult:
+                   logits=None, groups: tuple[tuple[int, ...], ...] | None = None) -> FleetResult:
     """Step time of every planned training job and KV transfer time of every inference service, at once.
 
     Each job's step is evaluated with ``options``; the constant load ``fixed_load`` (float[L] bytes/s:
-    background classes and inference, ``constant_load``) and the other jobs' average loads are
-    reserved from capacity first (an error names a link they alone would fill). A KV transfer (named
-    routed phase) is one request moved on top of every workload's average load. ``logits`` are WCMP
-    split logits keyed ``"<job index>/<phase name>"``. Differentiable in ``network`` and ``logits``.
+    background classes and inference, ``constant_load``) and the average loads of the jobs it is
+    coupled with are reserved from capacity first (an error names a link they alone would fill).
+    ``groups`` are the coupled jobs (``coupling_groups``, computed here when None; a prepared model
+    holds them). A KV transfer (named routed phase) is one request moved on top of every workload's
+    average load. ``logits`` are WCMP split logits keyed ``"<job index>/<phase name>"``.
+    Differentiable in ``network`` and ``logits``.
     """
     L = network.num_links
     fixed = jnp.zeros(L, network.capacity.dtype) if fixed_load is None else jnp.asarray(fixed_load)
-    coupled = len(plans) > 1 or transfers  # only then are the jobs' average loads needed
-    per_step = [step_bytes(plan, L, logits=job_logits(logits, j)) if coupled else None
-                for j, plan in enumerate(plans)]
+    groups = coupling_groups(plans, L) if groups is None else groups
+    if sorted(j for g in groups for j in g) != list(range(len(plans))):
+        raise ValueError(f"groups: must partition the {len(plans)} jobs, got {groups!r}")
+    coupled = {j for g in groups if len(g) > 1 for j in g}
+    per_step = {j: step_bytes(plans[j], L, logits=job_logits(logits, j)) for j in range(len(plans))
+                if transfers or j in coupled}
+
+    def job_step(j, net, background, lg):
+        return step_time(plans[j], net, options, info=info, background=background, logits=lg)
+
+    def sweep(group, theta, times):  # one Gauss-Seidel sweep over a group's jobs; theta holds every input
+        net, fix, loads, lgs = theta
+        for a, j in enumerate(group):
+            others = fix + sum((loads[b] / times[b] for b in range(len(group)) if b != a), jnp.zeros(L))
+            times = times.at[a].set(job_step(j, net, others, lgs[a]).step_time)
+        return times
+
     results: list[StepResult | None] = [None] * len(plans)
-    times = [jnp.inf] * len(plans)  # a job not yet evaluated loads nothing
-    iterations = 1 if len(plans) <= 1 else options.fleet_iterations
-    change = jnp.asarray(jnp.inf)
-    for sweep in range(iterations if plans else 0):
-        change = jnp.asarray(0.0 if sweep else jnp.inf)  # the first sweep starts from nothing
-        for j, plan in enumerate(plans):
-            others = fixed + sum((per_step[i] / times[i] for i in range(len(plans)) if i != j), jnp.zeros(L))
-            results[j] = step_time(plan, network, options, info=info, background=others, logits=job_logits(logits, j))
-            new = results[j].step_time
-            if sweep:
-                change = jnp.maximum(change, jnp.abs(new - times[j]) / new)
-            times[j] = new
-    if len(plans) <= 1:  # nothing to couple: exact after one evaluation
-        change = jnp.zeros(())
-    converged = change <= tol
+    sweeps, change = [jnp.asarray(0)], [jnp.zeros((), network.capacity.dtype)]
+    for group in groups:
+        if len(group) == 1:
+            results[group[0]] = job_step(group[0], network, fixed, job_logits(logits, group[0]))
+            continue
+        theta = (network, fixed, tuple(per_step[j] for j in group), tuple(job_logits(logits, j) for j in group))
+        y0 = jnp.full(len(group), jnp.inf, network.capacity.dtype)  # the first sweep starts from no load
+        times, k, last = fixed_point(functools.partial(sweep, group), theta, y0, options.fleet_tol,
+                                     options.fleet_iterations)
+        for a, j in enumerate(group):  # each job's whole result at the fixed point
+            others = fixed + sum((per_step[i] / times[b] for b, i in enumerate(group) if b != a), jnp.zeros(L))
+            results[j] = job_step(j, network, others, job_logits(logits, j))
+        sweeps.append(k)
+        change.append(last)
+    change = functools.reduce(jnp.maximum, change)
 
     kv = {}
     if transfers:
+        times = [r.step_time for r in results]
         total = fixed + sum((per_step[i] / times[i] for i in range(len(plans))), jnp.zeros(L))
         capacity = residual_capacity(network.capacity, total, info)
     for name, rp in transfers:  # one request's transfer, on top of every workload's average load
         kv[name] = phase_time(rp, capacity, network.latency, options)
     return FleetResult(steps={plan.job.name: r for plan, r in zip(plans, results)}, kv_transfer_s=kv,
-                       iterations=iterations if plans else 0, change=change, converged=converged)
+                       iterations=functools.reduce(jnp.maximum, sweeps), change=change,
+                       converged=change <= options.fleet_tol)
