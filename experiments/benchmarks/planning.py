@@ -103,7 +103,8 @@ def main(argv=None):
         for r in ("exact", "smooth"):
             if r in row:
                 f = row[r]
-                cells.append(f"{f['value_and_grad_s'] * 1e3:>7.1f}ms {f['ratio']:>5.1f}x {f['compile_and_first_s']:>7.1f}s")
+                cells.append(f"{f['value_and_grad_s'] * 1e3:>7.1f}ms {f['ratio']:>5.1f}x "
+                             f"{f['compile_and_first_s']:>7.1f}s")
         print(" ".join(cells), flush=True)
     return rows
 
