@@ -614,7 +614,8 @@ def _default(kind, default) -> str:
     if default is None or isinstance(kind, (Section, list)) or (isinstance(default, (tuple, dict)) and not default):
         return "-"
     if kind == "size":  # a power-of-two size reads best in binary units (4096 -> 4KiB)
-        exact = [f"{default / f:g}{u}" for u, f in _units.UNITS["size"].items() if "i" in u and default % f == 0 and default / f < 1024]
+        binary = [(u, f) for u, f in _units.UNITS["size"].items() if "i" in u]
+        exact = [f"{default / f:g}{u}" for u, f in binary if default % f == 0 and default / f < 1024]
         if exact:
             return f"`{exact[-1]}`"
     if kind in _units.UNITS:
