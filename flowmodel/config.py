@@ -93,12 +93,13 @@ class Section(dict):
 
     def __init__(self, keys: dict[str, Key], *, target: type | None = None,
                  convert: Callable[[dict, set, str], Any] | None = None, part: bool = False):
-        resolved = {}
+        resolved, self.from_field = {}, set()
         for name, key in keys.items():
             if key.default is FIELD:  # read once from the dataclass: the defaults cannot drift apart
                 if target is None or key.field is None:
                     raise TypeError(f"config key {name!r}: FIELD default without a target field")
                 key = key._replace(default=of(target, key.field or name))
+                self.from_field.add(name)
             resolved[name] = key
         super().__init__(resolved)
         self.target, self.convert, self.part = target, convert, part
@@ -108,7 +109,7 @@ class Section(dict):
         out = {}
         for name, key in self.items():
             value = values[name]
-            if isinstance(key.kind, Section) and key.kind.part:
+            if isinstance(key.kind, Section) and key.kind.part:  # its keys fill this target's fields
                 out.update(value)
             elif key.field is not None:
                 out[key.field or name] = tuple(value) if isinstance(value, list) else value
@@ -391,10 +392,10 @@ RELIABILITY = Section({
                           convert=_by_name), "per link tier: interrupts or degrades the job as the fabric "
                                              "re-routes around one", {}),
     "gpus_per_host": Key("int", "GPUs per host"),
-    "checkpoint": Key(CHECKPOINT, "what is saved, how often, and whether the job waits for it", {}),
-    "storage": Key(STORAGE, "each site's checkpoint storage", {}),
-    "restart": Key(RESTART, "what an interruption costs besides the lost work and the checkpoint read", {}),
-    "monte_carlo": Key(MONTE_CARLO, "the seeded simulation beside the analytic expectation", {}),
+    "checkpoint": Key(CHECKPOINT, "what is saved, how often, and whether the job waits for it", {}, None),
+    "storage": Key(STORAGE, "each site's checkpoint storage", {}, None),
+    "restart": Key(RESTART, "what an interruption costs besides the lost work and the checkpoint read", {}, None),
+    "monte_carlo": Key(MONTE_CARLO, "the seeded simulation beside the analytic expectation", {}, None),
 }, target=Reliability)
 SCENARIO = Section({
     "name": Key("str", "the scenario's name (printed and written to results)", "scenario"),
