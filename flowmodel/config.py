@@ -10,7 +10,8 @@ Each YAML section is declared once, as a :class:`Section` of :class:`Key` s: the
 unit), default and meaning, and the field of the frozen dataclass it fills. Reading, checking,
 defaults, the conversion to the dataclass and the reference (docs/config.md) all come from that
 declaration; a key that fills a dataclass field takes the field's default, so the default is written
-once, in the dataclass. A new section is one more ``Section`` and its line in ``SCENARIO``.
+once, in the dataclass. A new section is one more ``Section`` and its key in ``SCENARIO`` (the
+:class:`Scenario` field it fills).
 
 >>> import yaml
 >>> from flowmodel import config
@@ -183,10 +184,8 @@ def _scenario(values: dict, given: set, where: str) -> Scenario:
     for i, job in enumerate(training):
         if max(job.ranks) >= total:
             _fail(f"workloads.training[{i}]", f"needs GPUs {min(job.ranks)}..{max(job.ranks)}, the fabric has {total}")
-    return _make(Scenario, dict(name=values["name"], fleet=fab["fleet"], routing=fab["routing"], training=training,
-                                inference=inference, background=tuple(wl["background"] or ()),
-                                options=values["model"], optimize=values["optimize"], sweep=values["sweep"],
-                                failures=values["failures"], reliability=values["reliability"]), where)
+    return _make(Scenario, dict(SCENARIO.fields(values), fleet=fab["fleet"], routing=fab["routing"], training=training,
+                                inference=inference, background=tuple(wl["background"] or ())), where)
 
 
 SCALE_UP = Section({
@@ -397,17 +396,17 @@ RELIABILITY = Section({
     "restart": Key(RESTART, "what an interruption costs besides the lost work and the checkpoint read", {}, None),
     "monte_carlo": Key(MONTE_CARLO, "the seeded simulation beside the analytic expectation", {}, None),
 }, target=Reliability)
-SCENARIO = Section({
+SCENARIO = Section({  # a new section: its declaration above, one key here, its field of Scenario
     "name": Key("str", "the scenario's name (printed and written to results)", "scenario"),
-    "fabric": Key(FABRIC, "sites, long-haul links and routing", REQUIRED),
-    "workloads": Key(WORKLOADS, "training jobs, inference services, background traffic", REQUIRED),
-    "model": Key(OPTIONS, "options of the step-time model", {}),
-    "optimize": Key(OPTIMIZE, "what `flowmodel optimize` may change, at what cost", None),
-    "sweep": Key(SWEEP, "what `flowmodel sweep` evaluates", None),
-    "failures": Key(FAILURES, "what `flowmodel failures` fails", None),
+    "fabric": Key(FABRIC, "sites, long-haul links and routing", REQUIRED, None),
+    "workloads": Key(WORKLOADS, "training jobs, inference services, background traffic", REQUIRED, None),
+    "model": Key(OPTIONS, "options of the step-time model", {}, "options"),
+    "optimize": Key(OPTIMIZE, "what `flowmodel optimize` may change, at what cost"),
+    "sweep": Key(SWEEP, "what `flowmodel sweep` evaluates"),
+    "failures": Key(FAILURES, "what `flowmodel failures` fails"),
     "reliability": Key(RELIABILITY, "failure rates, checkpoints and restarts: `flowmodel run` adds the time to train "
-                                    "(needs tokens or steps on a training job)", None),
-}, convert=_scenario)
+                                    "(needs tokens or steps on a training job)"),
+}, target=Scenario, convert=_scenario)
 
 MODEL_PRESETS = {"llama3-405b": llama3_405b}
 

@@ -23,6 +23,7 @@ YAML_DEFAULTS = {
     (id(config.SITE), "scale_out"): "a site without scale_out in YAML is one scale-up domain",
     (id(config.TRAINING), "name"): "a YAML job must be named",
     (id(config.MODEL), "name"): "a YAML model mapping may leave out its label",
+    (id(config.SCENARIO), "name"): "a YAML scenario may leave out its name",
 }
 
 
