@@ -488,7 +488,10 @@ def _read(obj, section: Section, where: str):
             if default is REQUIRED:
                 _fail(path, "is required")
             # a section left out with default {} takes every default of its keys
-            values[key] = _read({}, kind, path) if isinstance(kind, Section) and default == {} else default
+            if isinstance(kind, Section) and default == {}:
+                values[key] = _read({}, kind, path)
+            else:  # a fresh copy of a mutable default: no two scenarios share one dict
+                values[key] = dict(default) if isinstance(default, dict) else default
         elif isinstance(kind, Section):
             values[key] = _read(obj[key], kind, path)
         elif isinstance(kind, list):
