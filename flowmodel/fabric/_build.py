@@ -63,14 +63,15 @@ class FabricTable:
         order = [d.get("link") for _, _, d in edges]
         if edges and all(o is not None for o in order):
             edges = [edges[i] for i in np.argsort(np.asarray(order), kind="stable")]
-        for u, v, d in edges:  # a number of the wrong type is named here; its range where the table compiles
-            for key, unit in (("capacity", "> 0 and finite bytes/s"), ("latency", ">= 0 and finite seconds")):
-                value = d.get(key, 0.0 if key == "latency" else None)
-                if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                    raise ValueError(f"link {u}->{v}: {key} must be {unit}, got {value!r}")
         defaults = {"capacity": None, "coef": np.nan, "latency": 0.0, "length_km": 0.0, "tier": "link",
                     "direction": "across", "site": "", "group": ""}
         links = {key: np.array([d.get(key, defaults[key]) for _, _, d in edges]) for key in _LINK_ATTRS}
+        for key, unit in (("capacity", "> 0 and finite bytes/s"), ("latency", ">= 0 and finite seconds")):
+            if links[key].dtype.kind not in "fiu":  # a value of the wrong type is named here, its range on compiling
+                for u, v, d in edges:
+                    value = d.get(key, defaults[key])
+                    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                        raise ValueError(f"link {u}->{v}: {key} must be {unit}, got {value!r}")
         for key in ("capacity", "coef", "latency", "length_km"):
             links[key] = links[key].astype(np.float64)
         rank = np.array([d.get("rank", -1) for d in nodes], np.int64)
