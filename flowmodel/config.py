@@ -84,16 +84,25 @@ def of(cls, name: str):
     return REQUIRED
 
 
+class Read(NamedTuple):
+    """What ``_read`` hands a section's ``convert``: the values read (key -> value, defaults filled),
+    the keys the file set, and the section's key path."""
+
+    values: dict
+    given: set
+    where: str
+
+
 class Section(dict):
     """One YAML section: key -> :class:`Key`, in the order the reference lists them.
 
     ``target``: the frozen dataclass the section becomes (``target(**fields)``; its ValueErrors get
-    the key path); ``convert(values, given, where)``: instead, for a section that is not one
-    dataclass (``values``: key -> read value, ``given``: the keys the file set); ``part``: the
+    the key path); ``convert(read)``: instead, for a section that is not one dataclass (``read``: a
+    :class:`Read`); ``part``: the
     section's fields go into the enclosing section's target (``reliability.checkpoint``)."""
 
     def __init__(self, keys: dict[str, Key], *, target: type | None = None,
-                 convert: Callable[[dict, set, str], Any] | None = None, part: bool = False):
+                 convert: Callable[[Read], Any] | None = None, part: bool = False):
         resolved, self.from_field = {}, set()
         for name, key in keys.items():
             if key.default is FIELD:  # read once from the dataclass: the defaults cannot drift apart
@@ -117,16 +126,17 @@ class Section(dict):
         return out
 
 
-def _sites(values: dict, given: set, where: str) -> list[Site]:
+def _sites(read: Read) -> list[Site]:
+    values, where = read.values, read.where
     if values["copies"] < 1:
         _fail(f"{where}.copies", f"must be >= 1, got {values['copies']}")
-    name, copies = values["name"], values["copies"]
-    fields = SITE.fields(values)
+    name, copies, fields = values["name"], values["copies"], SITE.fields(values)
     return [_make(Site, dict(fields, name=n), where) for n in ([name] if copies == 1 else
                                                                [f"{name}{c}" for c in range(copies)])]
 
 
-def _fabric(values: dict, given: set, where: str) -> dict:
+def _fabric(read: Read) -> dict:
+    values = read.values
     sites = [site for copies in values["sites"] for site in copies]
     links = list(values["long_haul"] or [])
     topo = values["topology"]
@@ -137,31 +147,33 @@ def _fabric(values: dict, given: set, where: str) -> dict:
         names = [s.name for s in sites]
         links += list(_make(lambda **kw: kinds[topo["kind"]](names, **kw),
                             dict(capacity=topo["capacity"], length_km=topo["length"]), "fabric.topology"))
-    fleet = _make(Fleet, dict(sites=tuple(sites), long_haul=tuple(links)), where)
+    fleet = _make(Fleet, dict(sites=tuple(sites), long_haul=tuple(links)), read.where)
     return {"fleet": fleet, "routing": values["routing"]}
 
 
-def _training(values: dict, given: set, where: str) -> Training:
-    first, size = values["first_rank"], values["parallelism"].size
-    return _make(Training, dict(TRAINING.fields(values), ranks=tuple(range(first, first + size))), where)
+def _training(read: Read) -> Training:
+    first, size = read.values["first_rank"], read.values["parallelism"].size
+    return _make(Training, dict(TRAINING.fields(read.values), ranks=tuple(range(first, first + size))), read.where)
 
 
-def _instances(values: dict, given: set, where: str) -> tuple[tuple[int, ...], ...]:
-    if values["instances"] < 1 or values["tp"] < 1:
-        _fail(where, f"instances and tp must be >= 1, got {values['instances']} and {values['tp']}")
-    first, tp = values["first_rank"], values["tp"]
-    return tuple(tuple(range(first + i * tp, first + (i + 1) * tp)) for i in range(values["instances"]))
+def _instances(read: Read) -> tuple[tuple[int, ...], ...]:
+    first, count, tp = read.values["first_rank"], read.values["instances"], read.values["tp"]
+    if count < 1 or tp < 1:
+        _fail(read.where, f"instances and tp must be >= 1, got {count} and {tp}")
+    return tuple(tuple(range(first + i * tp, first + (i + 1) * tp)) for i in range(count))
 
 
-def _background(values: dict, given: set, where: str) -> Background:
-    if len(values["src"]) != len(values["dst"]) or not values["src"]:
-        _fail(where, f"src and dst need the same non-zero length, got {len(values['src'])} and {len(values['dst'])}")
-    return _make(Background, BACKGROUND.fields(values), where)
+def _background(read: Read) -> Background:
+    src, dst = read.values["src"], read.values["dst"]
+    if len(src) != len(dst) or not src:
+        _fail(read.where, f"src and dst need the same non-zero length, got {len(src)} and {len(dst)}")
+    return _make(Background, BACKGROUND.fields(read.values), read.where)
 
 
-def _options(values: dict, given: set, where: str) -> Options:
+def _options(read: Read) -> Options:
+    values, where = read.values, read.where
     for key in ("packet", "buffer"):  # they shape the queueing model only: never accept and ignore them
-        if key in given and not values["queueing"]:
+        if key in read.given and not values["queueing"]:
             _fail(f"{where}.{key}", f"is used only with model.queueing: true, got {values[key]} without it")
     congestion = None
     if values["window"] is not None or values["queueing"]:
@@ -171,12 +183,13 @@ def _options(values: dict, given: set, where: str) -> Options:
     return _make(Options, dict(OPTIONS.fields(values), congestion=congestion), where, "options")
 
 
-def _by_name(values: dict, given: set, where: str) -> tuple:
-    return tuple((k, c) for k, c in values.items() if k in given)
+def _by_name(read: Read) -> tuple:
+    """(name, value) of the keys the file set (``reliability.switches``: the kinds given a rate)."""
+    return tuple((k, c) for k, c in read.values.items() if k in read.given)
 
 
-def _scenario(values: dict, given: set, where: str) -> Scenario:
-    fab, wl = values["fabric"], values["workloads"]
+def _scenario(read: Read) -> Scenario:
+    fab, wl = read.values["fabric"], read.values["workloads"]
     training, inference = tuple(wl["training"] or ()), tuple(wl["inference"] or ())
     if not training and not inference:
         _fail("workloads", "needs at least one training job or inference service")
@@ -184,8 +197,9 @@ def _scenario(values: dict, given: set, where: str) -> Scenario:
     for i, job in enumerate(training):
         if max(job.ranks) >= total:
             _fail(f"workloads.training[{i}]", f"needs GPUs {min(job.ranks)}..{max(job.ranks)}, the fabric has {total}")
-    return _make(Scenario, dict(SCENARIO.fields(values), fleet=fab["fleet"], routing=fab["routing"], training=training,
-                                inference=inference, background=tuple(wl["background"] or ())), where)
+    return _make(Scenario, dict(SCENARIO.fields(read.values), fleet=fab["fleet"], routing=fab["routing"],
+                                training=training, inference=inference, background=tuple(wl["background"] or ())),
+                 read.where)
 
 
 SCALE_UP = Section({
@@ -501,7 +515,7 @@ def _read(obj, section: Section, where: str):
         else:
             values[key] = _scalar(kind, obj[key], path)
     if section.convert is not None:
-        return section.convert(values, given, where)
+        return section.convert(Read(values, given, where))
     if section.part:
         return section.fields(values)
     if section.target is not None:
