@@ -6,6 +6,9 @@ offending index and value. Under a trace (jit/vmap/grad) only shapes can be chec
 
 from __future__ import annotations
 
+import math
+import numbers
+
 import numpy as np
 from jax.core import Tracer
 
@@ -82,3 +85,16 @@ def check_endpoints(src, dst, count: int, what: str) -> tuple[np.ndarray, np.nda
     if same.size:
         raise ValueError(f"src[{same[0]}] == dst[{same[0]}] = {src[same[0]]}: a flow needs two {what}s")
     return src, dst
+
+
+def check_number(where: str, value, *, minimum: float = 0.0, strict: bool = False, integer: bool = False) -> None:
+    """The one scalar check of the frozen descriptions: ``value`` is a finite real ``>= minimum``
+    (``> minimum`` with ``strict``), or with ``integer`` an integer ``>= minimum``; otherwise a
+    ``ValueError`` naming ``where`` and the value. Booleans are neither."""
+    if integer:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+            raise ValueError(f"{where}: must be an integer >= {minimum:g}, got {value!r}")
+        return
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < minimum or (strict and value == minimum):
+        raise ValueError(f"{where}: must be {'>' if strict else '>='} {minimum:g} and finite, got {value!r}")

@@ -6,6 +6,13 @@
 names the key path and the bad value, e.g. ``fabric.sites[2].scale_out.oversubscription[1]: must be
 > 0 and finite, got -1``; unknown keys are rejected with the closest known one. See configs/*.yaml.
 
+Each YAML section is declared once, as a :class:`Section` of :class:`Key` s: the key's kind (type or
+unit), default and meaning, and the field of the frozen dataclass it fills. Reading, checking,
+defaults, the conversion to the dataclass and the reference (docs/config.md) all come from that
+declaration; a key that fills a dataclass field takes the field's default, so the default is written
+once, in the dataclass. A new section is one more ``Section`` and its key in ``SCENARIO`` (the
+:class:`Scenario` field it fills).
+
 >>> import yaml
 >>> from flowmodel import config
 >>> text = '''
@@ -31,10 +38,12 @@ flowmodel.config.ConfigError: workloads.training[0].global_bach: unknown key; di
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -50,233 +59,378 @@ class ConfigError(ValueError):
     """A scenario file that cannot be used; the message starts with the key path."""
 
 
-# A spec maps each key to (kind, default, meaning); kind is a type name, a unit kind, a nested spec
-# (dict), or [spec] for a list of them. REQUIRED marks keys without a default. The YAML reference
-# (docs/config.md, ``reference()``) is generated from these specs.
-REQUIRED = object()
+REQUIRED = object()  # a key without a default
+FIELD = object()  # the default of the dataclass field the key fills (declared there, once)
 
-SCALE_UP = {
-    "size": ("int", 8, "accelerators per scale-up domain (8 for HGX, 72 for a rack-scale domain)"),
-    "bandwidth": ("bandwidth", 400e9, "what each accelerator can send (and receive) inside its domain"),
-    "latency": ("time", 936e-9, "accelerator-to-accelerator latency inside the domain"),
-    "topology": ("str", "switch", "`switch` (NVSwitch-like) or `full_mesh` (each pair linked directly)"),
-}
-SCALE_OUT = {
-    "tiers": ("int", 2, "2 (leaf, spine) or 3 (leaf, spine, aggregation)"),
-    "gpus_per_leaf": ("int", 16, "NIC ports (GPUs) per leaf switch"),
-    "leaves_per_pod": ("int", 16, "leaf switches per pod"),
-    "spines_per_pod": ("int", 16, "spine switches per pod; every leaf connects to every spine of its pod"),
-    "pods": ("int", 1, "pods (3 tiers only; a 2-tier Clos has one pod)"),
-    "aggs_per_plane": ("int", 1, "aggregation switches per spine plane (3 tiers)"),
-    "nic_bandwidth": ("bandwidth", 50e9, "each GPU's NIC"),
-    "oversubscription": ("ratios", None, "per upper tier, (capacity in from below) / (capacity up): "
-                                         "`[1, 4]` is 1:1 leaf to spine, 4:1 spine to aggregation; "
-                                         "one number for every tier; default non-blocking"),
-    "latency": ("time", 1e-6, "per scale-out link"),
-    "rail_optimized": ("bool", False, "GPU r of every scale-up domain goes to a leaf of rail r"),
-    "radix": ("int", None, "switch port count; every switch's ports must fit in it (unchecked when absent)"),
-}
-SITE = {
-    "name": ("str", REQUIRED, "unique site name; prefixes its nodes and link groups (`b0/spine_up`)"),
-    "scale_up": (SCALE_UP, None, "the scale-up domains the site's GPUs are grouped into"),
-    "scale_out": (SCALE_OUT, None, "the site's scale-out Clos; absent: the site is one scale-up domain"),
-    "border_oversubscription": ("float", 1.0, "(top-tier capacity) / (capacity to the border router), "
-                                              "used when long-haul links leave the site"),
-    "copies": ("int", 1, "identical sites named `<name>0`, `<name>1`, ..."),
-}
-LONG_HAUL = {
-    "a": ("str", REQUIRED, "one site's name"),
-    "b": ("str", REQUIRED, "the other site's name"),
-    "capacity": ("bandwidth", REQUIRED, "each way; link group `long_haul/<a>-<b>`"),
-    "length": ("length", REQUIRED, "fibre length; latency is length x 4.9 us/km plus extra_latency"),
-    "extra_latency": ("time", 0.0, "added to the fibre's latency (regenerators, routers)"),
-}
-TOPOLOGY = {
-    "kind": ("str", REQUIRED, "`ring` or `full_mesh` over every site, in the order listed"),
-    "capacity": ("bandwidth", REQUIRED, "each link's capacity, each way"),
-    "length": ("length", REQUIRED, "each link's fibre length"),
-}
-ROUTING = {
-    "policy": ("str", "ecmp", "`ecmp` (a hash picks one path per flow), `spray` (every path evenly), "
-                              "`qp_scaling` (qps hashed queue pairs per flow), `wcmp` (learnable splits)"),
-    "max_paths": ("int", 16, "candidate paths per GPU pair"),
-    "site_paths": ("int", 2, "candidate site-level paths between sites"),
-    "seed": ("int", 0, "hash seed of ecmp and qp_scaling"),
-    "qps": ("int", 4, "queue pairs per flow under qp_scaling"),
-}
-FABRIC = {
-    "sites": ([SITE], REQUIRED, "buildings, campuses or regions"),
-    "long_haul": ([LONG_HAUL], None, "scale-across links between sites' border routers"),
-    "topology": (TOPOLOGY, None, "long-haul links generated over all sites (added to long_haul)"),
-    "routing": (ROUTING, {}, "how every workload is routed"),
-}
-MODEL = {
-    "name": ("str", "model", "label"),
-    "layers": ("int", REQUIRED, "transformer layers"),
-    "hidden": ("int", REQUIRED, "hidden size"),
-    "ffn_hidden": ("int", REQUIRED, "MLP (SwiGLU) hidden size"),
-    "heads": ("int", REQUIRED, "attention heads"),
-    "kv_heads": ("int", REQUIRED, "key/value heads (GQA)"),
-    "vocab": ("int", REQUIRED, "vocabulary size"),
-    "seq_len": ("int", REQUIRED, "tokens per sequence"),
-    "experts": ("int", 0, "MoE experts per layer (0: dense)"),
-    "top_k": ("int", 0, "experts each token is routed to"),
-    "moe_ffn_hidden": ("int", None, "each expert's hidden size (default ffn_hidden)"),
-    "dtype_bytes": ("int", 2, "bytes per activation and weight element"),
-}
-PARALLELISM = {
-    "tp": ("int", 1, "tensor parallel degree (with sequence parallelism)"),
-    "pp": ("int", 1, "pipeline parallel degree"),
-    "dp": ("int", 1, "data parallel degree"),
-    "cp": ("int", 1, "context parallel degree"),
-    "ep": ("int", 1, "expert parallel degree, a divisor of dp"),
-    "virtual_stages": ("int", 1, "model chunks per pipeline rank (interleaved 1F1B when > 1)"),
-    "order": ("strs", None, "rank order, fastest-varying first (default `[tp, cp, pp, dp]`)"),
-    "tp_across_domains": ("bool", False, "allow a TP group to span scale-up domains"),
-}
-TRAINING = {
-    "name": ("str", REQUIRED, "unique workload name"),
-    "model": ("model", REQUIRED, "a preset name or a model mapping (below)"),
-    "parallelism": (PARALLELISM, REQUIRED, "how the job is split over its GPUs"),
-    "global_batch": ("int", REQUIRED, "sequences per step; a multiple of dp x micro_batch"),
-    "micro_batch": ("int", 1, "sequences per micro-batch"),
-    "efficiency": ("float", 0.5, "fraction of peak_flops the matmuls reach, in (0, 1]"),
-    "peak_flops": ("float", 989e12, "per-GPU dense peak, FLOP/s (H100 SXM BF16: 989e12)"),
-    "hbm": ("size", 80e9, "memory per GPU; the job's estimated memory per GPU must fit (H100 SXM: 80GB)"),
-    "grad_bytes": ("int", 2, "bytes per gradient element in the DP reduction"),
-    "algorithm": ("str", "ring", "all-reduce algorithm of the DP reduction: `ring` or `tree`"),
-    "first_rank": ("int", 0, "the job's first GPU rank; it runs on the next tp x cp x pp x dp ranks"),
-    "tokens": ("float", None, "tokens to train on (for the time to train; write 1.5e+13: YAML needs the sign)"),
-    "steps": ("int", None, "steps to train, instead of tokens"),
-}
-INSTANCES = {
-    "first_rank": ("int", REQUIRED, "first GPU rank of the first instance"),
-    "instances": ("int", 1, "instances, on consecutive ranks"),
-    "tp": ("int", 8, "GPUs per instance"),
-}
-INFERENCE = {
-    "name": ("str", REQUIRED, "unique workload name"),
-    "model": ("model", REQUIRED, "a preset name or a model mapping"),
-    "prefill": (INSTANCES, REQUIRED, "the prefill instances"),
-    "decode": (INSTANCES, REQUIRED, "the decode instances; each request's KV cache moves prefill -> decode"),
-    "requests_per_s": ("float", REQUIRED, "request rate of the whole service"),
-    "prompt_tokens": ("int", REQUIRED, "tokens per prompt (sets the KV cache size)"),
-}
-BACKGROUND = {
-    "name": ("str", REQUIRED, "unique workload name"),
-    "src": ("ints", REQUIRED, "source GPU ranks, one per flow"),
-    "dst": ("ints", REQUIRED, "destination GPU ranks, one per flow"),
-    "rate": ("bandwidth", REQUIRED, "constant rate of each flow"),
-}
-WORKLOADS = {
-    "training": ([TRAINING], None, "training jobs (the step time is the slowest job's)"),
-    "inference": ([INFERENCE], None, "disaggregated inference services (constant load + KV transfer time)"),
-    "background": ([BACKGROUND], None, "constant-rate traffic classes (storage, agentic, telemetry)"),
-}
-OPTIONS = {
-    "sharpness": ("float", 64.0, "sharpness of the smooth rates the optimizer searches with"),
-    "step_latency": ("time", 0.0, "latency added to every step of every collective (software, NIC)"),
-    "window": ("size", None, "bytes in flight per flow; caps each flow at window / RTT"),
-    "queueing": ("bool", False, "add M/M/1 queueing delay at each link's mean utilisation"),
-    "packet": ("size", None, "packet size of the queueing model (default 4096B; needs queueing)"),
-    "buffer": ("size", None, "per-port buffer of the queueing model (default 1,000 packets; needs queueing)"),
-    "fleet_tolerance": ("float", 1e-6, "relative change at which the sweeps coupling jobs that share links stop"),
-    "fleet_iterations": ("int", 50, "the most sweeps coupling jobs that share links (jobs that share none: none)"),
-    "transport": ("str", None, "transport profile fitted against ns-3: tcp (NewReno), newreno, cubic, dctcp"),
-}
+
+class Key(NamedTuple):
+    """One YAML key. ``kind``: a type name, a unit kind (``_units.UNITS``), a :class:`Section`, or
+    ``[Section]`` for a list of them. ``field``: the target dataclass field it fills (``""``: the
+    field of the key's name; None: no field, the section's ``convert`` reads it)."""
+
+    kind: Any
+    meaning: str
+    default: Any = FIELD
+    field: str | None = ""
+
+
+def of(cls, name: str):
+    """The default of dataclass field ``cls.name`` (``REQUIRED`` when it has none)."""
+    f = {f.name: f for f in dataclasses.fields(cls)}[name]
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return REQUIRED
+
+
+class Read(NamedTuple):
+    """What ``_read`` hands a section's ``convert``: the values read (key -> value, defaults filled),
+    the keys the file set, and the section's key path."""
+
+    values: dict
+    given: set
+    where: str
+
+
+class Section(dict):
+    """One YAML section: key -> :class:`Key`, in the order the reference lists them.
+
+    ``target``: the frozen dataclass the section becomes (``target(**fields)``; its ValueErrors get
+    the key path); ``convert(read)``: instead, for a section that is not one dataclass (``read``: a
+    :class:`Read`); ``part``: the
+    section's fields go into the enclosing section's target (``reliability.checkpoint``)."""
+
+    def __init__(self, keys: dict[str, Key], *, target: type | None = None,
+                 convert: Callable[[Read], Any] | None = None, part: bool = False):
+        resolved, self.from_field = {}, set()
+        for name, key in keys.items():
+            if key.default is FIELD:  # read once from the dataclass: the defaults cannot drift apart
+                if target is None or key.field is None:
+                    raise TypeError(f"config key {name!r}: FIELD default without a target field")
+                key = key._replace(default=of(target, key.field or name))
+                self.from_field.add(name)
+            resolved[name] = key
+        super().__init__(resolved)
+        self.target, self.convert, self.part = target, convert, part
+
+    def fields(self, values: dict) -> dict:
+        """The target's keyword arguments from the read ``values`` (lists become tuples)."""
+        out = {}
+        for name, key in self.items():
+            value = values[name]
+            if isinstance(key.kind, Section) and key.kind.part:  # its keys fill this target's fields
+                out.update(value)
+            elif key.field is not None:
+                out[key.field or name] = tuple(value) if isinstance(value, list) else value
+        return out
+
+
+def _sites(read: Read) -> list[Site]:
+    values, where = read.values, read.where
+    if values["copies"] < 1:
+        _fail(f"{where}.copies", f"must be >= 1, got {values['copies']}")
+    name, copies, fields = values["name"], values["copies"], SITE.fields(values)
+    return [_make(Site, dict(fields, name=n), where) for n in ([name] if copies == 1 else
+                                                               [f"{name}{c}" for c in range(copies)])]
+
+
+def _fabric(read: Read) -> dict:
+    values = read.values
+    sites = [site for copies in values["sites"] for site in copies]
+    links = list(values["long_haul"] or [])
+    topo = values["topology"]
+    if topo is not None:
+        kinds = {"ring": ring, "full_mesh": full_mesh}
+        if topo["kind"] not in kinds:
+            _fail("fabric.topology.kind", f"unknown topology {topo['kind']!r}; known: {', '.join(kinds)}")
+        names = [s.name for s in sites]
+        links += list(_make(lambda **kw: kinds[topo["kind"]](names, **kw),
+                            dict(capacity=topo["capacity"], length_km=topo["length"]), "fabric.topology"))
+    fleet = _make(Fleet, dict(sites=tuple(sites), long_haul=tuple(links)), read.where)
+    return {"fleet": fleet, "routing": values["routing"]}
+
+
+def _training(read: Read) -> Training:
+    first, size = read.values["first_rank"], read.values["parallelism"].size
+    return _make(Training, dict(TRAINING.fields(read.values), ranks=tuple(range(first, first + size))), read.where)
+
+
+def _instances(read: Read) -> tuple[tuple[int, ...], ...]:
+    first, count, tp = read.values["first_rank"], read.values["instances"], read.values["tp"]
+    if count < 1 or tp < 1:
+        _fail(read.where, f"instances and tp must be >= 1, got {count} and {tp}")
+    return tuple(tuple(range(first + i * tp, first + (i + 1) * tp)) for i in range(count))
+
+
+def _background(read: Read) -> Background:
+    src, dst = read.values["src"], read.values["dst"]
+    if len(src) != len(dst) or not src:
+        _fail(read.where, f"src and dst need the same non-zero length, got {len(src)} and {len(dst)}")
+    return _make(Background, BACKGROUND.fields(read.values), read.where)
+
+
+def _options(read: Read) -> Options:
+    values, where = read.values, read.where
+    for key in ("packet", "buffer"):  # they shape the queueing model only: never accept and ignore them
+        if key in read.given and not values["queueing"]:
+            _fail(f"{where}.{key}", f"is used only with model.queueing: true, got {values[key]} without it")
+    congestion = None
+    if values["window"] is not None or values["queueing"]:
+        congestion = _make(Congestion, dict(window=values["window"], queueing=values["queueing"],
+                                            packet_bytes=values["packet"], buffer_bytes=values["buffer"]),
+                           where, "congestion")
+    return _make(Options, dict(OPTIONS.fields(values), congestion=congestion), where, "options")
+
+
+def _by_name(read: Read) -> tuple:
+    """(name, value) of the keys the file set (``reliability.switches``: the kinds given a rate)."""
+    return tuple((k, c) for k, c in read.values.items() if k in read.given)
+
+
+def _scenario(read: Read) -> Scenario:
+    fab, wl = read.values["fabric"], read.values["workloads"]
+    training, inference = tuple(wl["training"] or ()), tuple(wl["inference"] or ())
+    if not training and not inference:
+        _fail("workloads", "needs at least one training job or inference service")
+    total = fab["fleet"].num_gpus
+    for i, job in enumerate(training):
+        if max(job.ranks) >= total:
+            _fail(f"workloads.training[{i}]", f"needs GPUs {min(job.ranks)}..{max(job.ranks)}, the fabric has {total}")
+    return _make(Scenario, dict(SCENARIO.fields(read.values), fleet=fab["fleet"], routing=fab["routing"],
+                                training=training, inference=inference, background=tuple(wl["background"] or ())),
+                 read.where)
+
+
+SCALE_UP = Section({
+    "size": Key("int", "accelerators per scale-up domain (8 for HGX, 72 for a rack-scale domain)"),
+    "bandwidth": Key("bandwidth", "what each accelerator can send (and receive) inside its domain"),
+    "latency": Key("time", "accelerator-to-accelerator latency inside the domain"),
+    "topology": Key("str", "`switch` (NVSwitch-like) or `full_mesh` (each pair linked directly)"),
+}, target=ScaleUp)
+SCALE_OUT = Section({
+    "tiers": Key("int", "2 (leaf, spine) or 3 (leaf, spine, aggregation)"),
+    "gpus_per_leaf": Key("int", "NIC ports (GPUs) per leaf switch"),
+    "leaves_per_pod": Key("int", "leaf switches per pod"),
+    "spines_per_pod": Key("int", "spine switches per pod; every leaf connects to every spine of its pod"),
+    "pods": Key("int", "pods (3 tiers only; a 2-tier Clos has one pod)"),
+    "aggs_per_plane": Key("int", "aggregation switches per spine plane (3 tiers)"),
+    "nic_bandwidth": Key("bandwidth", "each GPU's NIC"),
+    "oversubscription": Key("ratios", "per upper tier, (capacity in from below) / (capacity up): `[1, 4]` is 1:1 "
+                                      "leaf to spine, 4:1 spine to aggregation; one number for every tier; "
+                                      "default non-blocking"),
+    "latency": Key("time", "per scale-out link"),
+    "rail_optimized": Key("bool", "GPU r of every scale-up domain goes to a leaf of rail r"),
+    "radix": Key("int", "switch port count; every switch's ports must fit in it (unchecked when absent)"),
+}, target=Clos)
+SITE = Section({
+    "name": Key("str", "unique site name; prefixes its nodes and link groups (`b0/spine_up`)"),
+    "scale_up": Key(SCALE_UP, "the scale-up domains the site's GPUs are grouped into", None),
+    "scale_out": Key(SCALE_OUT, "the site's scale-out Clos; absent: the site is one scale-up domain", None),
+    "border_oversubscription": Key("float", "(top-tier capacity) / (capacity to the border router), used when "
+                                            "long-haul links leave the site"),
+    "copies": Key("int", "identical sites named `<name>0`, `<name>1`, ...", 1, None),
+}, target=Site, convert=_sites)
+LONG_HAUL = Section({
+    "a": Key("str", "one site's name"),
+    "b": Key("str", "the other site's name"),
+    "capacity": Key("bandwidth", "each way; link group `long_haul/<a>-<b>`"),
+    "length": Key("length", "fibre length; latency is length x 4.9 us/km plus extra_latency", field="length_km"),
+    "extra_latency": Key("time", "added to the fibre's latency (regenerators, routers)"),
+}, target=LongHaul)
+TOPOLOGY = Section({
+    "kind": Key("str", "`ring` or `full_mesh` over every site, in the order listed", REQUIRED),
+    "capacity": Key("bandwidth", "each link's capacity, each way", REQUIRED),
+    "length": Key("length", "each link's fibre length", REQUIRED),
+})
+ROUTING = Section({
+    "policy": Key("str", "`ecmp` (a hash picks one path per flow), `spray` (every path evenly), "
+                         "`qp_scaling` (qps hashed queue pairs per flow), `wcmp` (learnable splits)"),
+    "max_paths": Key("int", "candidate paths per GPU pair"),
+    "site_paths": Key("int", "candidate site-level paths between sites"),
+    "seed": Key("int", "hash seed of ecmp and qp_scaling"),
+    "qps": Key("int", "queue pairs per flow under qp_scaling"),
+}, target=Routing)
+FABRIC = Section({
+    "sites": Key([SITE], "buildings, campuses or regions", REQUIRED),
+    "long_haul": Key([LONG_HAUL], "scale-across links between sites' border routers", None),
+    "topology": Key(TOPOLOGY, "long-haul links generated over all sites (added to long_haul)", None),
+    "routing": Key(ROUTING, "how every workload is routed", {}),
+}, convert=_fabric)
+MODEL = Section({
+    "name": Key("str", "label", "model"),
+    "layers": Key("int", "transformer layers"),
+    "hidden": Key("int", "hidden size"),
+    "ffn_hidden": Key("int", "MLP (SwiGLU) hidden size"),
+    "heads": Key("int", "attention heads"),
+    "kv_heads": Key("int", "key/value heads (GQA)"),
+    "vocab": Key("int", "vocabulary size"),
+    "seq_len": Key("int", "tokens per sequence"),
+    "experts": Key("int", "MoE experts per layer (0: dense)"),
+    "top_k": Key("int", "experts each token is routed to"),
+    "moe_ffn_hidden": Key("int", "each expert's hidden size (default ffn_hidden)"),
+    "dtype_bytes": Key("int", "bytes per activation and weight element"),
+}, target=Model)
+PARALLELISM = Section({
+    "tp": Key("int", "tensor parallel degree (with sequence parallelism)"),
+    "pp": Key("int", "pipeline parallel degree"),
+    "dp": Key("int", "data parallel degree"),
+    "cp": Key("int", "context parallel degree"),
+    "ep": Key("int", "expert parallel degree, a divisor of dp"),
+    "virtual_stages": Key("int", "model chunks per pipeline rank (interleaved 1F1B when > 1)"),
+    "order": Key("strs", "rank order, fastest-varying first"),
+    "tp_across_domains": Key("bool", "allow a TP group to span scale-up domains"),
+}, target=Parallelism)
+TRAINING = Section({
+    "name": Key("str", "unique workload name", REQUIRED),
+    "model": Key("model", "a preset name or a model mapping (below)"),
+    "parallelism": Key(PARALLELISM, "how the job is split over its GPUs"),
+    "global_batch": Key("int", "sequences per step; a multiple of dp x micro_batch"),
+    "micro_batch": Key("int", "sequences per micro-batch"),
+    "efficiency": Key("float", "fraction of peak_flops the matmuls reach, in (0, 1]"),
+    "peak_flops": Key("float", "per-GPU dense peak, FLOP/s (the default: H100 SXM BF16)"),
+    "hbm": Key("size", "memory per GPU; the job's estimated memory per GPU must fit (the default: H100 SXM)"),
+    "grad_bytes": Key("int", "bytes per gradient element in the DP reduction"),
+    "algorithm": Key("str", "all-reduce algorithm of the DP reduction: `ring` or `tree`"),
+    "first_rank": Key("int", "the job's first GPU rank; it runs on the next tp x cp x pp x dp ranks", 0, None),
+    "tokens": Key("float", "tokens to train on (for the time to train; write 1.5e+13: YAML needs the sign)"),
+    "steps": Key("int", "steps to train, instead of tokens"),
+}, target=Training, convert=_training)
+INSTANCES = Section({
+    "first_rank": Key("int", "first GPU rank of the first instance", REQUIRED),
+    "instances": Key("int", "instances, on consecutive ranks", 1),
+    "tp": Key("int", "GPUs per instance", 8),
+}, convert=_instances)
+INFERENCE = Section({
+    "name": Key("str", "unique workload name"),
+    "model": Key("model", "a preset name or a model mapping"),
+    "prefill": Key(INSTANCES, "the prefill instances"),
+    "decode": Key(INSTANCES, "the decode instances; each request's KV cache moves prefill -> decode"),
+    "requests_per_s": Key("float", "request rate of the whole service"),
+    "prompt_tokens": Key("int", "tokens per prompt (sets the KV cache size)"),
+}, target=Inference)
+BACKGROUND = Section({
+    "name": Key("str", "unique workload name"),
+    "src": Key("ints", "source GPU ranks, one per flow"),
+    "dst": Key("ints", "destination GPU ranks, one per flow"),
+    "rate": Key("bandwidth", "constant rate of each flow"),
+}, target=Background, convert=_background)
+WORKLOADS = Section({
+    "training": Key([TRAINING], "training jobs (the step time is the slowest job's)", None),
+    "inference": Key([INFERENCE], "disaggregated inference services (constant load + KV transfer time)", None),
+    "background": Key([BACKGROUND], "constant-rate traffic classes (storage, agentic, telemetry)", None),
+})
+OPTIONS = Section({  # YAML `model` -> Options; window and the queue shape -> Options.congestion
+    "sharpness": Key("float", "sharpness of the smooth rates the optimizer searches with"),
+    "step_latency": Key("time", "latency added to every step of every collective (software, NIC)"),
+    "window": Key("size", "bytes in flight per flow; caps each flow at window / RTT", of(Congestion, "window"), None),
+    "queueing": Key("bool", "add M/M/1 queueing delay at each link's mean utilisation",
+                    of(Congestion, "queueing"), None),
+    "packet": Key("size", "packet size of the queueing model (needs queueing)", of(Congestion, "packet_bytes"), None),
+    "buffer": Key("size", "per-port buffer of the queueing model (default 1,000 packets; needs queueing)",
+                  of(Congestion, "buffer_bytes"), None),
+    "fleet_tolerance": Key("float", "relative change at which the sweeps coupling jobs that share links stop", FIELD,
+                           "fleet_tol"),
+    "fleet_iterations": Key("int", "the most sweeps coupling jobs that share links (jobs that share none: none)"),
+    "transport": Key("str", "transport profile fitted against ns-3: tcp (NewReno), newreno, cubic, dctcp"),
+}, target=Options, convert=_options)
 RENAMED = {"model.alpha": "model.step_latency"}  # old key -> new key: a clear error, never ignored
-KNOB = {
-    "group": ("str", REQUIRED, "a link group (`b0/spine_up`, `long_haul/b0-b1`, ...; `flowmodel validate` lists them)"),
-    "lower": ("knob", REQUIRED, "lower bound: a ratio for oversubscription groups, a bandwidth for capacity groups"),
-    "upper": ("knob", REQUIRED, "upper bound, in the same unit"),
-    "allowed": ("knobs", None, "values the result is rounded to (port speeds, ratios)"),
-}
-COST = {
-    "per_gbps": ("prices", None, "tier -> price per Gbit/s of capacity (ports and optics)"),
-    "per_gbps_km": ("float", 0.0, "price per Gbit/s x km of links with a length (long-haul fibre)"),
-}
-OPTIMIZE = {
-    "knobs": ([KNOB], REQUIRED, "the link groups the optimizer may change"),
-    "cost": (COST, {}, "price of capacity"),
-    "budget": ("float", None, "the most the knobs' capacity may cost (none: unconstrained)"),
-    "steps": ("int", 100, "gradient steps per restart"),
-    "learning_rate": ("float", 0.05, "Adam's learning rate, > 0"),
-    "restarts": ("int", 1, "random restarts (the best is kept)"),
-    "seed": ("int", 0, "seed of the restarts"),
-    "objective": ("str", "step_time", "what to minimise: `step_time` (the slowest job), `throughput` (GPU-weighted "
-                                      "mean step time of the training jobs, plus kv_weight x each inference "
-                                      "service's KV transfer time), `expected` (over the failures section, weighted "
-                                      "by probability and healthy_weight), `time_to_train` (the reliability section)"),
-    "kv_weight": ("float", 0.0, "under `throughput`: seconds of objective per second of each inference service's "
-                                "KV transfer time (0: inference does not enter)"),
-    "search": ("str", "smooth", "rates the gradient search runs on: `smooth` (alpha-fair relaxation) or `exact` "
-                                "(the exact model's subgradients); results are always reported exact"),
-}
-SWEEP = {
-    "grid": ("grid", REQUIRED, "link group -> list of values; the sweep evaluates every combination"),
-    "chunk": ("int", None, "points per vmapped call (default: all at once)"),
-    "batching": ("str", "auto", "`auto` (time both ways on the first points, keep the faster), `vmap` or `loop`"),
-}
-FAILURES = {
-    "tiers": ("strs", None, "one failure per cable of these tiers (e.g. `[long_haul]`)"),
-    "switch_kinds": ("strs", None, "one failure per switch of these kinds (e.g. `[spine]`)"),
-    "sites": ("bool", False, "one failure per site (all its GPUs and links)"),
-    "fraction": ("float", None, "a failed cable keeps this fraction of its capacity (none: it is cut)"),
-    "probability": ("float", 0.01, "weight of each failure scenario"),
-    "healthy_weight": ("float", 1.0, "weight of the healthy fabric"),
-}
-COMPONENT = {
-    "rate_per_day": ("float", 0.0, "failures per component per day (e.g. 2.8e-4 per GPU-day, docs/sources.md)"),
-    "repair": ("time", 0.0, "time to repair or replace it: how long a failure the fabric routes around "
-                            "degrades the job (an interrupted job restarts on spares without waiting)"),
-}
-CHECKPOINT = {
-    "bytes_per_parameter": ("float", 14.0, "checkpoint bytes per model parameter (bf16 weights, fp32 master "
-                                           "weights and Adam moments: 14)"),
-    "size": ("size", None, "checkpoint size, instead of bytes_per_parameter"),
-    "interval": ("time", None, "work between checkpoints (default: the exact optimum)"),
-    "mode": ("str", "pause", "`pause` (the job waits for the write) or `overlap` (the write runs alongside it)"),
-    "snapshot": ("time", 0.0, "the job's pause per checkpoint under `overlap` (copy to host memory)"),
-}
-STORAGE = {
-    "bandwidth": ("bandwidth", 100e9, "into (and out of) each site's storage, attached to its top-tier switches"),
-    "capacity": ("size", None, "what each site's storage holds (default: unbounded)"),
-}
-RESTART = {
-    "detection": ("time", 0.0, "from an interruption to its detection"),
-    "rescheduling": ("time", 0.0, "from detection to the job rescheduled on spares (the checkpoint read follows)"),
-}
-MONTE_CARLO = {
-    "runs": ("int", 1000, "seeded Monte Carlo runs (p50 / p90 of the time to train)"),
-    "seed": ("int", 0, "seed of the runs"),
-    "weibull_shape": ("float", 1.0, "shape of the inter-arrival times (1: exponential, the analytic model's)"),
-}
-RELIABILITY = {
-    "gpu": (COMPONENT, None, "each GPU (with its HBM); interrupts the job"),
-    "host": (COMPONENT, None, "each host of gpus_per_host GPUs; interrupts the job"),
-    "nic": (COMPONENT, None, "each GPU's NIC; interrupts the job"),
-    "site_power": (COMPONENT, None, "each site the job runs in; the job waits for the repair to restart"),
-    "switches": ({k: (COMPONENT, None, f"each {k} switch the job's routes cross") for k in SWITCHES}, None,
-                 "per switch kind: interrupts or degrades the job as the fabric re-routes around one"),
-    "cables": ({k: (COMPONENT, None, f"each {k} cable the job's routes cross") for k in CABLES}, None,
-               "per link tier: interrupts or degrades the job as the fabric re-routes around one"),
-    "gpus_per_host": ("int", 8, "GPUs per host"),
-    "checkpoint": (CHECKPOINT, {}, "what is saved, how often, and whether the job waits for it"),
-    "storage": (STORAGE, {}, "each site's checkpoint storage"),
-    "restart": (RESTART, {}, "what an interruption costs besides the lost work and the checkpoint read"),
-    "monte_carlo": (MONTE_CARLO, {}, "the seeded simulation beside the analytic expectation"),
-}
-SCENARIO = {
-    "name": ("str", "scenario", "the scenario's name (printed and written to results)"),
-    "fabric": (FABRIC, REQUIRED, "sites, long-haul links and routing"),
-    "workloads": (WORKLOADS, REQUIRED, "training jobs, inference services, background traffic"),
-    "model": (OPTIONS, {}, "options of the step-time model"),
-    "optimize": (OPTIMIZE, None, "what `flowmodel optimize` may change, at what cost"),
-    "sweep": (SWEEP, None, "what `flowmodel sweep` evaluates"),
-    "failures": (FAILURES, None, "what `flowmodel failures` fails"),
-    "reliability": (RELIABILITY, None, "failure rates, checkpoints and restarts: `flowmodel run` adds the time to "
-                                       "train (needs tokens or steps on a training job)"),
-}
+KNOB = Section({
+    "group": Key("str", "a link group (`b0/spine_up`, `long_haul/b0-b1`, ...; `flowmodel validate` lists them)"),
+    "lower": Key("knob", "lower bound: a ratio for oversubscription groups, a bandwidth for capacity groups"),
+    "upper": Key("knob", "upper bound, in the same unit"),
+    "allowed": Key("knobs", "values the result is rounded to (port speeds, ratios)"),
+}, target=Knob)
+COST = Section({
+    "per_gbps": Key("prices", "tier -> price per Gbit/s of capacity (ports and optics)"),
+    "per_gbps_km": Key("float", "price per Gbit/s x km of links with a length (long-haul fibre)"),
+}, target=CostModel)
+OPTIMIZE = Section({
+    "knobs": Key([KNOB], "the link groups the optimizer may change"),
+    "cost": Key(COST, "price of capacity", {}),
+    "budget": Key("float", "the most the knobs' capacity may cost (none: unconstrained)"),
+    "steps": Key("int", "gradient steps per restart"),
+    "learning_rate": Key("float", "Adam's learning rate, > 0"),
+    "restarts": Key("int", "random restarts (the best is kept)"),
+    "seed": Key("int", "seed of the restarts"),
+    "objective": Key("str", "what to minimise: `step_time` (the slowest job), `throughput` (GPU-weighted mean step "
+                            "time of the training jobs, plus kv_weight x each inference service's KV transfer time), "
+                            "`expected` (over the failures section, weighted by probability and healthy_weight), "
+                            "`time_to_train` (the reliability section)"),
+    "kv_weight": Key("float", "under `throughput`: seconds of objective per second of each inference service's KV "
+                              "transfer time (0: inference does not enter)"),
+    "search": Key("str", "rates the gradient search runs on: `smooth` (alpha-fair relaxation) or `exact` (the exact "
+                         "model's subgradients); results are always reported exact"),
+}, target=Search)
+SWEEP = Section({
+    "grid": Key("grid", "link group -> list of values; the sweep evaluates every combination"),
+    "chunk": Key("int", "points per vmapped call (default: all at once)"),
+    "batching": Key("str", "`auto` (time both ways on the first points, keep the faster), `vmap` or `loop`"),
+}, target=SweepGrid)
+FAILURES = Section({
+    "tiers": Key("strs", "one failure per cable of these tiers (e.g. `[long_haul]`)"),
+    "switch_kinds": Key("strs", "one failure per switch of these kinds (e.g. `[spine]`)"),
+    "sites": Key("bool", "one failure per site (all its GPUs and links)"),
+    "fraction": Key("float", "a failed cable keeps this fraction of its capacity (none: it is cut)"),
+    "probability": Key("float", "weight of each failure scenario"),
+    "healthy_weight": Key("float", "weight of the healthy fabric"),
+}, target=FailureSet)
+COMPONENT = Section({
+    "rate_per_day": Key("float", "failures per component per day (e.g. 2.8e-4 per GPU-day, docs/sources.md)"),
+    "repair": Key("time", "time to repair or replace it: how long a failure the fabric routes around degrades the "
+                          "job (an interrupted job restarts on spares without waiting)"),
+}, target=Component)
+CHECKPOINT = Section({
+    "bytes_per_parameter": Key("float", "checkpoint bytes per model parameter (bf16 weights, fp32 master weights "
+                                        "and Adam moments: 14)"),
+    "size": Key("size", "checkpoint size, instead of bytes_per_parameter", field="checkpoint_size"),
+    "interval": Key("time", "work between checkpoints (default: the exact optimum)"),
+    "mode": Key("str", "`pause` (the job waits for the write) or `overlap` (the write runs alongside it)",
+                field="checkpoint_mode"),
+    "snapshot": Key("time", "the job's pause per checkpoint under `overlap` (copy to host memory)"),
+}, target=Reliability, part=True)
+STORAGE = Section({
+    "bandwidth": Key("bandwidth", "into (and out of) each site's storage, attached to its top-tier switches",
+                     field="storage_bandwidth"),
+    "capacity": Key("size", "what each site's storage holds (default: unbounded)", field="storage_capacity"),
+}, target=Reliability, part=True)
+RESTART = Section({
+    "detection": Key("time", "from an interruption to its detection"),
+    "rescheduling": Key("time", "from detection to the job rescheduled on spares (the checkpoint read follows)"),
+}, target=Reliability, part=True)
+MONTE_CARLO = Section({
+    "runs": Key("int", "seeded Monte Carlo runs (p50 / p90 of the time to train)"),
+    "seed": Key("int", "seed of the runs"),
+    "weibull_shape": Key("float", "shape of the inter-arrival times (1: exponential, the analytic model's)"),
+}, target=Reliability, part=True)
+RELIABILITY = Section({
+    "gpu": Key(COMPONENT, "each GPU (with its HBM); interrupts the job", {}),
+    "host": Key(COMPONENT, "each host of gpus_per_host GPUs; interrupts the job", {}),
+    "nic": Key(COMPONENT, "each GPU's NIC; interrupts the job", {}),
+    "site_power": Key(COMPONENT, "each site the job runs in; the job waits for the repair to restart", {}),
+    "switches": Key(Section({k: Key(COMPONENT, f"each {k} switch the job's routes cross", None) for k in SWITCHES},
+                            convert=_by_name), "per switch kind: interrupts or degrades the job as the fabric "
+                                               "re-routes around one", {}),
+    "cables": Key(Section({k: Key(COMPONENT, f"each {k} cable the job's routes cross", None) for k in CABLES},
+                          convert=_by_name), "per link tier: interrupts or degrades the job as the fabric "
+                                             "re-routes around one", {}),
+    "gpus_per_host": Key("int", "GPUs per host"),
+    "checkpoint": Key(CHECKPOINT, "what is saved, how often, and whether the job waits for it", {}, None),
+    "storage": Key(STORAGE, "each site's checkpoint storage", {}, None),
+    "restart": Key(RESTART, "what an interruption costs besides the lost work and the checkpoint read", {}, None),
+    "monte_carlo": Key(MONTE_CARLO, "the seeded simulation beside the analytic expectation", {}, None),
+}, target=Reliability)
+SCENARIO = Section({  # a new section: its declaration above, one key here, its field of Scenario
+    "name": Key("str", "the scenario's name (printed and written to results)", "scenario"),
+    "fabric": Key(FABRIC, "sites, long-haul links and routing", REQUIRED, None),
+    "workloads": Key(WORKLOADS, "training jobs, inference services, background traffic", REQUIRED, None),
+    "model": Key(OPTIONS, "options of the step-time model", {}, "options"),
+    "optimize": Key(OPTIMIZE, "what `flowmodel optimize` may change, at what cost"),
+    "sweep": Key(SWEEP, "what `flowmodel sweep` evaluates"),
+    "failures": Key(FAILURES, "what `flowmodel failures` fails"),
+    "reliability": Key(RELIABILITY, "failure rates, checkpoints and restarts: `flowmodel run` adds the time to train "
+                                    "(needs tokens or steps on a training job)"),
+}, target=Scenario, convert=_scenario)
 
 MODEL_PRESETS = {"llama3-405b": llama3_405b}
 
@@ -333,39 +487,50 @@ def _scalar(kind: str, value, where: str):
             if value not in MODEL_PRESETS:
                 _fail(where, f"unknown model preset {value!r}; known: {', '.join(MODEL_PRESETS)}")
             return MODEL_PRESETS[value]()
-        return _make(Model, _read(value, MODEL, where), where)
+        return _read(value, MODEL, where)
     raise AssertionError(kind)
 
 
-def _read(obj, spec: dict, where: str) -> dict:
-    """The keys of ``obj`` read against ``spec``: defaults filled, unknown keys rejected."""
+def _read(obj, section: Section, where: str):
+    """``obj`` read against ``section``: unknown keys rejected, defaults filled, every value checked,
+    then converted (to the section's dataclass, or by its ``convert``)."""
     if not isinstance(obj, dict):
         _fail(where, f"expected a mapping, got {obj!r}")
     for key in obj:
         path = f"{where}.{key}" if where else str(key)
         if path in RENAMED:
             _fail(path, f"was renamed to {RENAMED[path]!r} (the same per-step latency, with units)")
-        if key not in spec:
-            close = difflib.get_close_matches(str(key), list(spec), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(spec)}"
-            _fail(f"{where}.{key}" if where else str(key), f"unknown key{hint}")
-    out = {}
-    for key, (kind, default, _) in spec.items():
+        if key not in section:
+            close = difflib.get_close_matches(str(key), list(section), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(section)}"
+            _fail(path, f"unknown key{hint}")
+    given = {key for key, value in obj.items() if value is not None}
+    values = {}
+    for key, (kind, _, default, _) in section.items():
         path = f"{where}.{key}" if where else key
-        if key not in obj or obj[key] is None:
+        if key not in given:
             if default is REQUIRED:
                 _fail(path, "is required")
-            # a section left out takes every default of its spec
-            out[key] = _read(default, kind, path) if isinstance(kind, dict) and default is not None else default
-        elif isinstance(kind, dict):
-            out[key] = _read(obj[key], kind, path)
+            # a section left out with default {} takes every default of its keys
+            if isinstance(kind, Section) and default == {}:
+                values[key] = _read({}, kind, path)
+            else:  # a fresh copy of a mutable default: no two scenarios share one dict
+                values[key] = dict(default) if isinstance(default, dict) else default
+        elif isinstance(kind, Section):
+            values[key] = _read(obj[key], kind, path)
         elif isinstance(kind, list):
             if not isinstance(obj[key], list):
                 _fail(path, f"expected a list, got {obj[key]!r}")
-            out[key] = [_read(item, kind[0], f"{path}[{i}]") for i, item in enumerate(obj[key])]
+            values[key] = [_read(item, kind[0], f"{path}[{i}]") for i, item in enumerate(obj[key])]
         else:
-            out[key] = _scalar(kind, obj[key], path)
-    return out
+            values[key] = _scalar(kind, obj[key], path)
+    if section.convert is not None:
+        return section.convert(Read(values, given, where))
+    if section.part:
+        return section.fields(values)
+    if section.target is not None:
+        return _make(section.target, section.fields(values), where)
+    return values
 
 
 def _make(cls, fields: dict, where: str, alias: str | None = None):
@@ -390,135 +555,11 @@ def _make(cls, fields: dict, where: str, alias: str | None = None):
         raise ConfigError(f"{where}: {message}") from None
 
 
-def _sites(raw: list, where: str) -> list[Site]:
-    sites = []
-    for i, s in enumerate(raw):
-        path = f"{where}[{i}]"
-        su = _make(ScaleUp, s["scale_up"], f"{path}.scale_up") if s["scale_up"] is not None else None
-        so = None
-        if s["scale_out"] is not None:
-            ratios = s["scale_out"]["oversubscription"]
-            fields = dict(s["scale_out"], oversubscription=tuple(ratios) if isinstance(ratios, list) else ratios)
-            so = _make(Clos, fields, f"{path}.scale_out")
-        if s["copies"] < 1:
-            _fail(f"{path}.copies", f"must be >= 1, got {s['copies']}")
-        names = [s["name"]] if s["copies"] == 1 else [f"{s['name']}{c}" for c in range(s["copies"])]
-        for name in names:
-            sites.append(_make(Site, dict(name=name, scale_out=so, scale_up=su,
-                                          border_oversubscription=s["border_oversubscription"]), path))
-    return sites
-
-
-def _instances(raw: dict, where: str) -> tuple[tuple[int, ...], ...]:
-    if raw["instances"] < 1 or raw["tp"] < 1:
-        _fail(where, f"instances and tp must be >= 1, got {raw['instances']} and {raw['tp']}")
-    first, tp = raw["first_rank"], raw["tp"]
-    return tuple(tuple(range(first + i * tp, first + (i + 1) * tp)) for i in range(raw["instances"]))
-
-
 def parse(data: Any) -> Scenario:
     """A scenario from already-parsed YAML data (a mapping)."""
     if not isinstance(data, dict):
         _fail("scenario", f"expected a mapping of sections ({', '.join(SCENARIO)}), got {type(data).__name__} {data!r}")
-    raw = _read(data, SCENARIO, "")
-    fab = raw["fabric"]
-    sites = _sites(fab["sites"], "fabric.sites")
-    links = [_make(LongHaul, dict(a=lh["a"], b=lh["b"], capacity=lh["capacity"], length_km=lh["length"],
-                                  extra_latency=lh["extra_latency"]), f"fabric.long_haul[{i}]")
-             for i, lh in enumerate(fab["long_haul"] or [])]
-    if fab["topology"] is not None:
-        topo, names = fab["topology"], [s.name for s in sites]
-        kinds = {"ring": ring, "full_mesh": full_mesh}
-        if topo["kind"] not in kinds:
-            _fail("fabric.topology.kind", f"unknown topology {topo['kind']!r}; known: {', '.join(kinds)}")
-        links += list(_make(lambda **kw: kinds[topo["kind"]](names, **kw),
-                            dict(capacity=topo["capacity"], length_km=topo["length"]), "fabric.topology"))
-    fleet = _make(Fleet, dict(sites=tuple(sites), long_haul=tuple(links)), "fabric")
-
-    wl = raw["workloads"]
-    training = []
-    for i, t in enumerate(wl["training"] or []):
-        path = f"workloads.training[{i}]"
-        par_fields = dict(t["parallelism"])
-        if par_fields["order"] is None:
-            par_fields.pop("order")
-        par = _make(Parallelism, par_fields, f"{path}.parallelism")
-        first = t.pop("first_rank")
-        fields = {k: v for k, v in t.items() if k != "parallelism"}
-        training.append(_make(Training, dict(fields, parallelism=par, ranks=tuple(range(first, first + par.size))),
-                              path))
-    inference = [_make(Inference, dict(name=f["name"], model=f["model"], requests_per_s=f["requests_per_s"],
-                                       prompt_tokens=f["prompt_tokens"],
-                                       prefill=_instances(f["prefill"], f"workloads.inference[{i}].prefill"),
-                                       decode=_instances(f["decode"], f"workloads.inference[{i}].decode")),
-                       f"workloads.inference[{i}]") for i, f in enumerate(wl["inference"] or [])]
-    background = []
-    for i, b in enumerate(wl["background"] or []):
-        if len(b["src"]) != len(b["dst"]) or not b["src"]:
-            _fail(f"workloads.background[{i}]", f"src and dst need the same non-zero length, got {len(b['src'])} "
-                                                f"and {len(b['dst'])}")
-        background.append(Background(b["name"], tuple(b["src"]), tuple(b["dst"]), b["rate"]))
-    if not training and not inference:
-        _fail("workloads", "needs at least one training job or inference service")
-    total = fleet.num_gpus
-    for i, job in enumerate(training):
-        if max(job.ranks) >= total:
-            _fail(f"workloads.training[{i}]", f"needs GPUs {min(job.ranks)}..{max(job.ranks)}, the fabric has {total}")
-
-    routing = _make(Routing, fab["routing"], "fabric.routing")
-    search = None
-    opt = raw["optimize"]
-    if opt is not None:
-        knobs = tuple(_make(Knob, dict(group=k["group"], lower=k["lower"], upper=k["upper"],
-                                       allowed=None if k["allowed"] is None else tuple(k["allowed"])),
-                            f"optimize.knobs[{i}]") for i, k in enumerate(opt["knobs"]))
-        cost = _make(CostModel, dict(per_gbps=opt["cost"]["per_gbps"] or {}, per_gbps_km=opt["cost"]["per_gbps_km"]),
-                     "optimize.cost")
-        search = _make(Search, dict(opt, knobs=knobs, cost=cost), "optimize")
-    options = raw["model"]
-    for key in ("packet", "buffer"):  # they shape the queueing model only: never accept and ignore them
-        if options[key] is not None and not options["queueing"]:
-            _fail(f"model.{key}", f"is used only with model.queueing: true, got {options[key]} without it")
-    congestion = None
-    if options["window"] is not None or options["queueing"]:
-        queue = {} if options["packet"] is None else {"packet_bytes": options["packet"]}
-        congestion = _make(Congestion, dict(window=options["window"], queueing=options["queueing"],
-                                            buffer_bytes=options["buffer"], **queue), "model", "congestion")
-    model_options = _make(Options, dict(sharpness=options["sharpness"], step_latency=options["step_latency"],
-                                        congestion=congestion, fleet_iterations=options["fleet_iterations"],
-                                        fleet_tol=options["fleet_tolerance"],
-                                        transport=options["transport"]),
-                          "model", "options")
-    sw = raw["sweep"]
-    sweep = None if sw is None else _make(SweepGrid, dict(grid=tuple(sw["grid"].items()), chunk=sw["chunk"],
-                                                         batching=sw["batching"]), "sweep")
-    fl = raw["failures"]
-    failures = None if fl is None else _make(FailureSet, dict(fl), "failures")
-    return _make(Scenario, dict(name=raw["name"], fleet=fleet, routing=routing, training=tuple(training),
-                                inference=tuple(inference), background=tuple(background), options=model_options,
-                                optimize=search, sweep=sweep, failures=failures,
-                                reliability=_reliability(raw["reliability"])), "")
-
-
-def _reliability(r: dict | None) -> Reliability | None:
-    if r is None:
-        return None
-
-    def component(c: dict | None) -> Component:
-        return Component() if c is None else Component(**c)
-
-    def by_name(section: dict | None) -> tuple:
-        return tuple((k, component(c)) for k, c in (section or {}).items() if c is not None)
-
-    ck, st, rs, mc = r["checkpoint"], r["storage"], r["restart"], r["monte_carlo"]
-    return _make(Reliability, dict(
-        gpu=component(r["gpu"]), host=component(r["host"]), nic=component(r["nic"]),
-        site_power=component(r["site_power"]), switches=by_name(r["switches"]), cables=by_name(r["cables"]),
-        gpus_per_host=r["gpus_per_host"], bytes_per_parameter=ck["bytes_per_parameter"], checkpoint_size=ck["size"],
-        checkpoint_mode=ck["mode"], snapshot=ck["snapshot"], interval=ck["interval"],
-        storage_bandwidth=st["bandwidth"], storage_capacity=st["capacity"],
-        detection=rs["detection"], rescheduling=rs["rescheduling"], weibull_shape=mc["weibull_shape"],
-        runs=mc["runs"], seed=mc["seed"]), "reliability")
+    return _read(data, SCENARIO, "")
 
 
 def override(data: Any, assignment: str) -> Any:
@@ -595,47 +636,56 @@ _KINDS = {"int": "integer", "float": "number", "bool": "true / false", "str": "s
 def _default(kind, default) -> str:
     if default is REQUIRED:
         return "**required**"
-    if isinstance(kind, dict) and default == {}:
+    if isinstance(kind, Section) and default == {}:
         return "all defaults"
-    if default is None or isinstance(kind, (dict, list)):
+    if default is None or isinstance(kind, (Section, list)) or (isinstance(default, (tuple, dict)) and not default):
         return "-"
+    if kind == "size":  # a power-of-two size reads best in binary units (4096 -> 4KiB)
+        binary = [(u, f) for u, f in _units.UNITS["size"].items() if "i" in u]
+        exact = [f"{default / f:g}{u}" for u, f in binary if default % f == 0 and default / f < 1024]
+        if exact:
+            return f"`{exact[-1]}`"
     if kind in _units.UNITS:
         return f"`{_units.format_value(default, kind)}`"
+    if isinstance(default, tuple):
+        return f"`[{', '.join(map(str, default))}]`"
     return f"`{str(default).lower() if isinstance(default, bool) else default}`"
+
+
+def _row(key: str, kind_text: str, k: Key) -> str:
+    return f"| `{key}` | {kind_text} | {_default(k.kind, k.default)} | {k.meaning} |"
 
 
 def reference() -> str:
     """The YAML reference (docs/config.md): every key of every section, with its type and unit, its
-    default and its meaning, generated from the schema."""
+    default and its meaning, generated from the section declarations."""
     lines = ["# Scenario file reference", "",
-             "Generated from the schema in `flowmodel/config.py` (`flowmodel reference > docs/config.md`); "
-             "a test keeps the two in step. Units are converted once, when the file is read; unknown keys and "
-             "units are errors that name the key. Model presets: "
+             "Generated from the section declarations in `flowmodel/config.py` (`flowmodel reference > "
+             "docs/config.md`); a test keeps the two in step. Units are converted once, when the file is read; "
+             "unknown keys and units are errors that name the key. Model presets: "
              + ", ".join(f"`{p}`" for p in MODEL_PRESETS) + ".", ""]
     sections = [("", SCENARIO)]
     seen = {}
     while sections:
-        path, spec = sections.pop(0)
+        path, section = sections.pop(0)
         lines += [f"## `{path}`" if path else "## top level", "", "| key | type | default | meaning |",
                   "|---|---|---|---|"]
-        for key, (kind, default, meaning) in spec.items():
-            sub = kind[0] if isinstance(kind, list) else kind
+        for key, k in section.items():
+            sub = k.kind[0] if isinstance(k.kind, list) else k.kind
             child = f"{path}.{key}" if path else key
-            if isinstance(sub, dict):
-                name = f"{child}[i]" if isinstance(kind, list) else child
-                if id(sub) in seen:  # a spec shared by several keys is listed once
+            if isinstance(sub, Section):
+                name = f"{child}[i]" if isinstance(k.kind, list) else child
+                if id(sub) in seen:  # a section shared by several keys is listed once
                     kind_text = f"mapping: the same keys as `{seen[id(sub)]}`"
                 else:
                     seen[id(sub)] = name
                     sections.append((name, sub))
-                    kind_text = f"list of mappings (`{name}` below)" if isinstance(kind, list) else "mapping (below)"
+                    kind_text = f"list of mappings (`{name}` below)" if isinstance(k.kind, list) else "mapping (below)"
             else:
-                kind_text = _KINDS[kind]
-            lines.append(f"| `{key}` | {kind_text} | {_default(kind, default)} | {meaning} |")
+                kind_text = _KINDS[k.kind]
+            lines.append(_row(key, kind_text, k))
         lines.append("")
     lines += ["## `workloads.training[i].model` (a model mapping, also `workloads.inference[i].model`)", "",
               "| key | type | default | meaning |", "|---|---|---|---|"]
-    lines += [f"| `{key}` | {_KINDS[kind]} | {_default(kind, default)} | {meaning} |"
-              for key, (kind, default, meaning) in MODEL.items()]
+    lines += [_row(key, _KINDS[k.kind], k) for key, k in MODEL.items()]
     return "\n".join(lines) + "\n"
-

@@ -32,6 +32,7 @@ from collections.abc import Callable
 import networkx as nx
 import numpy as np
 
+from ._checks import check_number
 from ._programs import Program
 from .fabric import FabricInfo, Fleet, Network, build, build_table, compile_fabric, compile_table
 from .optimize import CostModel, Knob
@@ -54,11 +55,6 @@ from .steptime import (
 from .traffic import Background, Inference, Training
 
 
-def _whole(where: str, value, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{where}: must be an integer >= {minimum}, got {value!r}")
-
-
 @dataclasses.dataclass(frozen=True)
 class Routing:
     """How every workload is routed: the policy (``ecmp``, ``spray``, ``qp_scaling``, ``wcmp``), the
@@ -75,8 +71,8 @@ class Routing:
         if self.policy not in POLICIES:
             raise ValueError(f"routing.policy: unknown policy {self.policy!r}; known: {', '.join(POLICIES)}")
         for key in ("max_paths", "site_paths", "qps"):
-            _whole(f"routing.{key}", getattr(self, key))
-        _whole("routing.seed", self.seed, 0)
+            check_number(f"routing.{key}", getattr(self, key), minimum=1, integer=True)
+        check_number("routing.seed", self.seed, integer=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,19 +95,16 @@ class Search:
     def __post_init__(self):
         if not self.knobs:
             raise ValueError("optimize.knobs: needs at least one knob")
-        _whole("optimize.steps", self.steps)
-        _whole("optimize.restarts", self.restarts)
-        _whole("optimize.seed", self.seed, 0)
-        if not (isinstance(self.learning_rate, (int, float)) and math.isfinite(self.learning_rate)
-                and self.learning_rate > 0):
-            raise ValueError(f"optimize.learning_rate: must be > 0, got {self.learning_rate!r}")
-        if self.budget is not None and not (math.isfinite(self.budget) and self.budget > 0):
-            raise ValueError(f"optimize.budget: must be > 0, got {self.budget!r}")
+        check_number("optimize.steps", self.steps, minimum=1, integer=True)
+        check_number("optimize.restarts", self.restarts, minimum=1, integer=True)
+        check_number("optimize.seed", self.seed, integer=True)
+        check_number("optimize.learning_rate", self.learning_rate, strict=True)
+        if self.budget is not None:
+            check_number("optimize.budget", self.budget, strict=True)
         if self.objective not in ("step_time", "throughput", "expected", "time_to_train"):
             raise ValueError(f"optimize.objective: unknown objective {self.objective!r}; known: step_time, "
                              f"throughput, expected, time_to_train")
-        if not (math.isfinite(self.kv_weight) and self.kv_weight >= 0):
-            raise ValueError(f"optimize.kv_weight: must be >= 0, got {self.kv_weight!r}")
+        check_number("optimize.kv_weight", self.kv_weight)
         if self.search not in ("smooth", "exact"):
             raise ValueError(f"optimize.search: must be smooth or exact, got {self.search!r}")
 
@@ -134,7 +127,7 @@ class SweepGrid:
             if not values or min(values) <= 0 or not all(math.isfinite(v) for v in values):
                 raise ValueError(f"sweep.grid.{group}: needs positive values, got {list(values)}")
         if self.chunk is not None:
-            _whole("sweep.chunk", self.chunk)
+            check_number("sweep.chunk", self.chunk, minimum=1, integer=True)
         if self.batching not in ("auto", "vmap", "loop"):
             raise ValueError(f"sweep.batching: must be auto, vmap or loop, got {self.batching!r}")
 
@@ -163,8 +156,7 @@ class FailureSet:
             raise ValueError(f"failures.probability: must be in (0, 1], got {self.probability!r}")
         if self.fraction is not None and not (0 < self.fraction <= 1):
             raise ValueError(f"failures.fraction: must be in (0, 1], got {self.fraction!r}")
-        if not (math.isfinite(self.healthy_weight) and self.healthy_weight >= 0):
-            raise ValueError(f"failures.healthy_weight: must be >= 0, got {self.healthy_weight!r}")
+        check_number("failures.healthy_weight", self.healthy_weight)
         if not (self.tiers or self.switch_kinds or self.sites):
             raise ValueError("failures: names nothing to fail (tiers, switch_kinds or sites)")
 

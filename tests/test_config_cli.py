@@ -69,7 +69,7 @@ def test_renamed_and_invalid_options_name_the_key():
         config.parse(data)
     data = _quickstart()
     data["optimize"]["learning_rate"] = -1
-    with pytest.raises(config.ConfigError, match=r"^optimize.learning_rate: must be > 0, got -1"):
+    with pytest.raises(config.ConfigError, match=r"^optimize.learning_rate: must be > 0 and finite, got -1"):
         config.parse(data)
 
 
@@ -139,7 +139,7 @@ _DELETE = object()
      r"65536 micro-batches"),
     ("fabric/long_haul/0/b", "b7", r"^fabric: long_haul\[b0-b7\]: unknown site 'b7'"),
     ("optimize/knobs/0/lower", 9, r"^optimize.knobs\[0\]: bounds reversed, lower 9.0 > upper 8.0"),
-    ("optimize/budget", -5, r"^optimize.budget: must be > 0, got -5"),
+    ("optimize/budget", -5, r"^optimize.budget: must be > 0 and finite, got -5"),
     ("model/sharpness", "high", r"^model.sharpness: expected a number, got 'high'"),
     ("workloads/training/0/parallelism/pp", 0,
      r"^workloads.training\[0\].parallelism.pp: must be an integer >= 1, got 0"),

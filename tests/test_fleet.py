@@ -173,11 +173,11 @@ def test_failures_remove_and_degrade():
 @pytest.mark.parametrize("make, match", [
     (lambda: fb.Clos(tiers=3, pods=2, oversubscription=(1.0, 0.0)), r"scale_out.oversubscription\[1\]: must be > 0"),
     (lambda: fb.Clos(oversubscription=(-1.0,)), r"scale_out.oversubscription\[0\]: must be > 0 and finite, got -1"),
-    (lambda: fb.Clos(gpus_per_leaf=0), "scale_out.gpus_per_leaf: must be a positive integer, got 0"),
+    (lambda: fb.Clos(gpus_per_leaf=0), "scale_out.gpus_per_leaf: must be an integer >= 1, got 0"),
     (lambda: fb.Clos(tiers=4), "scale_out.tiers: must be 2 or 3, got 4"),
     (lambda: fb.Clos(tiers=3, oversubscription=(1.0,)), "needs 2 ratio"),
     (lambda: fb.Clos(radix=16), "scale_out.radix: a leaf switch needs 32 ports, radix is 16"),
-    (lambda: fb.ScaleUp(size=0), "scale_up.size: must be a positive integer, got 0"),
+    (lambda: fb.ScaleUp(size=0), "scale_up.size: must be an integer >= 1, got 0"),
     (lambda: fb.ScaleUp(topology="torus"), "scale_up.topology: must be 'switch' or 'full_mesh', got 'torus'"),
     (lambda: fb.ScaleUp(bandwidth=float("nan")), "scale_up.bandwidth: must be > 0"),
     (lambda: fb.Site("s", scale_up=fb.ScaleUp(size=7)), r"sites\[s\].scale_up.size: 7 does not divide"),

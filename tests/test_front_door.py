@@ -194,9 +194,9 @@ def test_reference_matches_the_schema():
     specs = [config.SCENARIO]
     while specs:
         spec = specs.pop()
-        for key, (kind, _, meaning) in spec.items():
-            assert f"| `{key}` |" in text and meaning, key
-            sub = kind[0] if isinstance(kind, list) else kind
+        for key, k in spec.items():
+            assert f"| `{key}` |" in text and k.meaning, key
+            sub = k.kind[0] if isinstance(k.kind, list) else k.kind
             if isinstance(sub, dict):
                 specs.append(sub)
     with open(os.path.join(HERE, "..", "README.md")) as fh:

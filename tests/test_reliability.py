@@ -239,7 +239,7 @@ def _set(data, path, value):
 
 
 @pytest.mark.parametrize("path, value, match", [
-    ("reliability.gpu.rate_per_day", -1, r"reliability\.gpu\.rate_per_day: must be >= 0, got -1"),
+    ("reliability.gpu.rate_per_day", -1, r"reliability\.gpu\.rate_per_day: must be >= 0 and finite, got -1"),
     ("reliability.switches.spine.repair", "-1h", r"reliability\.switches\.spine\.repair: must be >= 0"),
     ("reliability.restart.detection", "-5s", r"reliability\.restart\.detection: must be >= 0"),
     ("reliability.checkpoint.interval", "0s", r"reliability\.checkpoint\.interval: must be > 0"),

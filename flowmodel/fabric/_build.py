@@ -15,6 +15,7 @@ The graph's ``graph["groups"]`` maps each group name to its kind, build value an
 from __future__ import annotations
 
 import dataclasses
+import numbers
 
 import networkx as nx
 import numpy as np
@@ -28,8 +29,8 @@ _LINK_ATTRS = ("capacity", "coef", "latency", "length_km", "tier", "direction", 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class FabricTable:
-    """The built fleet as arrays, in build order: what ``build`` turns into a graph and
-    ``compile_fabric`` reads back (``compile_table`` reads it directly, without the graph).
+    """The built fleet as arrays, in build order: what ``build`` turns into a graph, ``from_graph``
+    reads back from one, and ``compile_table`` compiles (the one compiler: a graph goes through here).
 
     Nodes ``names[i]`` with ``kind``, ``site`` (str[N]), ``rank`` and ``domain`` (int64[N], -1 where
     the attribute is absent: rank for non-GPUs, domain for leaves and above); links ``src -> dst``
@@ -48,6 +49,41 @@ class FabricTable:
     links: dict[str, np.ndarray]
     groups: dict[str, dict]
     num_gpus: int
+
+    @classmethod
+    def from_graph(cls, g: nx.DiGraph) -> FabricTable:
+        """The table of a graph (``build``'s, a failure scenario's, one a user made): nodes in ``g.nodes``
+        order, links by their ``link`` attribute when every edge has one, otherwise in ``g.edges`` order.
+        Absent attributes take the defaults a compiled fabric gives them (latency 0, tier ``link``,
+        direction ``across``, no group); ``capacity`` is required and every number must be a number."""
+        names = list(g.nodes)
+        index = dict(zip(names, range(len(names))))
+        nodes = [d for _, d in g.nodes(data=True)]
+        edges = list(g.edges(data=True))
+        order = [d.get("link") for _, _, d in edges]
+        if edges and all(o is not None for o in order):
+            edges = [edges[i] for i in np.argsort(np.asarray(order), kind="stable")]
+        defaults = {"capacity": None, "coef": np.nan, "latency": 0.0, "length_km": 0.0, "tier": "link",
+                    "direction": "across", "site": "", "group": ""}
+        links = {key: np.array([d.get(key, defaults[key]) for _, _, d in edges]) for key in _LINK_ATTRS}
+        for key, unit in (("capacity", "> 0 and finite bytes/s"), ("latency", ">= 0 and finite seconds")):
+            if links[key].dtype.kind not in "fiu":  # a value of the wrong type is named here, its range on compiling
+                for u, v, d in edges:
+                    value = d.get(key, defaults[key])
+                    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                        raise ValueError(f"link {u}->{v}: {key} must be {unit}, got {value!r}")
+        for key in ("capacity", "coef", "latency", "length_km"):
+            links[key] = links[key].astype(np.float64)
+        rank = np.array([d.get("rank", -1) for d in nodes], np.int64)
+        kind = np.array([d.get("kind", "node") for d in nodes])
+        gpu_ranks = rank[(kind == Kind.GPU) & (rank >= 0)]
+        return cls(names=names, kind=kind, site=np.array([d.get("site", "") for d in nodes]), rank=rank,
+                   domain=np.array([d.get("domain", -1) for d in nodes], np.int64),
+                   has_domain=np.array(["domain" in d for d in nodes], bool),
+                   src=np.array([index[u] for u, _, _ in edges], np.int64),
+                   dst=np.array([index[v] for _, v, _ in edges], np.int64), links=links,
+                   groups={k: dict(v) for k, v in g.graph.get("groups", {}).items()},
+                   num_gpus=int(g.graph.get("num_gpus", 1 + (gpu_ranks.max() if gpu_ranks.size else -1))))
 
     def to_graph(self) -> nx.DiGraph:
         g = nx.DiGraph(groups={k: dict(v) for k, v in self.groups.items()}, num_gpus=self.num_gpus)

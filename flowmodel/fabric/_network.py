@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
 from collections.abc import Mapping
 
 import equinox as eqx
@@ -104,88 +103,31 @@ class FabricInfo:
         return {name: g.value for name, g in self.groups.items()}
 
 
-def _edge_number(g: nx.DiGraph):
-    order = [d.get("link") for _, _, d in g.edges(data=True)]
-    if all(o is not None for o in order):
-        return np.argsort(np.asarray(order), kind="stable")
-    return np.arange(len(order))
-
-
 def compile_fabric(g: nx.DiGraph, *, dtype=None) -> tuple[Network, FabricInfo]:
-    """Number the graph's nodes and links and gather their attributes into arrays.
+    """``compile_table(FabricTable.from_graph(g))``: number the graph's nodes and links and gather
+    their attributes into arrays.
 
     Links are numbered by their ``link`` attribute (build order) when every edge has one, otherwise
     in ``g.edges`` order; nodes in ``g.nodes`` order. Deterministic for a given graph.
     Every edge needs ``capacity`` (> 0, bytes/s); ``latency`` (s) defaults to 0.
     """
-    if g.number_of_edges() == 0:
-        raise ValueError("fabric: the graph has no links")
-    nodes = tuple(g.nodes)
-    node_index = {n: i for i, n in enumerate(nodes)}
-    edges = list(g.edges(data=True))
-    edges = [edges[i] for i in _edge_number(g)]
-    L = len(edges)
-    capacity = np.empty(L)
-    latency = np.empty(L)
-    for i, (u, v, d) in enumerate(edges):
-        c, lat = d.get("capacity"), d.get("latency", 0.0)
-        if not (isinstance(c, (int, float)) and math.isfinite(c) and c > 0):
-            raise ValueError(f"link {u}->{v}: capacity must be > 0 and finite bytes/s, got {c!r}")
-        if not (isinstance(lat, (int, float)) and math.isfinite(lat) and lat >= 0):
-            raise ValueError(f"link {u}->{v}: latency must be >= 0 and finite seconds, got {lat!r}")
-        capacity[i], latency[i] = c, lat
-
-    def tag(key, default):
-        return np.array([d.get(key, default) for _, _, d in edges])
-
-    groups = {}
-    members: dict[str, list[int]] = {}
-    for i, (_, _, d) in enumerate(edges):
-        if "group" in d:
-            members.setdefault(d["group"], []).append(i)
-    for name, spec in g.graph.get("groups", {}).items():
-        links = np.asarray(members.get(name, []), dtype=np.int64)
-        if links.size == 0:
-            continue  # every link of the group failed
-        coef = np.array([edges[i][2]["coef"] for i in links])
-        groups[name] = LinkGroup(name=name, kind=spec["kind"], value=spec["value"], unit=spec["unit"],
-                                 links=links, coef=coef)
-
-    gpu_nodes = [(d["rank"], n, d.get("domain", -1)) for n, d in g.nodes(data=True) if d.get("kind") == Kind.GPU]
-    num_gpus = g.graph.get("num_gpus", 1 + max((r for r, _, _ in gpu_nodes), default=-1))
-    gpus = np.full(num_gpus, -1, dtype=np.int64)  # -1: the GPU failed with its site
-    gpu_domain = np.full(num_gpus, -1, dtype=np.int64)
-    for r, n, dom in gpu_nodes:
-        if not 0 <= r < num_gpus or gpus[r] >= 0:
-            raise ValueError(f"node {n}: rank {r} is out of range 0..{num_gpus - 1} or used twice")
-        gpus[r], gpu_domain[r] = node_index[n], dom
-    info = FabricInfo(
-        nodes=nodes, node_index=node_index,
-        node_kind=np.array([d.get("kind", "node") for _, d in g.nodes(data=True)]),
-        node_site=np.array([d.get("site", "") for _, d in g.nodes(data=True)]),
-        src=np.array([node_index[u] for u, _, _ in edges], dtype=np.int32),
-        dst=np.array([node_index[v] for _, v, _ in edges], dtype=np.int32),
-        tier=tag("tier", "link"), direction=tag("direction", "across"), site=tag("site", ""),
-        length_km=tag("length_km", 0.0).astype(np.float64), groups=groups,
-        gpus=gpus, gpu_domain=gpu_domain,
-    )
-    dtype = dtype or jnp.result_type(float)
-    return Network(capacity=jnp.asarray(capacity, dtype), latency=jnp.asarray(latency, dtype)), info
+    return compile_table(FabricTable.from_graph(g), dtype=dtype)
 
 
 def compile_table(table: FabricTable, *, dtype=None) -> tuple[Network, FabricInfo]:
-    """``compile_fabric(table.to_graph())`` without the graph: the same arrays, read from the table."""
+    """The ``Network`` and ``FabricInfo`` of a fabric table, checked: every capacity > 0 and latency
+    >= 0 (finite), GPU ranks distinct and below ``num_gpus``; groups without links are left out."""
     L = table.src.size
     if L == 0:
         raise ValueError("fabric: the graph has no links")
     names, links = table.names, table.links
     capacity, latency = links["capacity"], links["latency"]
-    for bad, what in ((~(np.isfinite(capacity) & (capacity > 0)), "capacity must be > 0 and finite bytes/s"),
-                      (~(np.isfinite(latency) & (latency >= 0)), "latency must be >= 0 and finite seconds")):
+    for key, bad, unit in (("capacity", ~(np.isfinite(capacity) & (capacity > 0)), "> 0 and finite bytes/s"),
+                           ("latency", ~(np.isfinite(latency) & (latency >= 0)), ">= 0 and finite seconds")):
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            value = float((capacity if what.startswith("capacity") else latency)[i])
-            raise ValueError(f"link {names[table.src[i]]}->{names[table.dst[i]]}: {what}, got {value!r}")
+            raise ValueError(f"link {names[table.src[i]]}->{names[table.dst[i]]}: {key} must be {unit}, "
+                             f"got {float(links[key][i])!r}")
     groups = {}
     order = np.argsort(links["group"], kind="stable")
     names_sorted = links["group"][order]
@@ -193,14 +135,18 @@ def compile_table(table: FabricTable, *, dtype=None) -> tuple[Network, FabricInf
         lo, hi = np.searchsorted(names_sorted, name), np.searchsorted(names_sorted, name, side="right")
         members = order[lo:hi].astype(np.int64)  # ascending: a stable sort keeps link order
         if members.size == 0:
-            continue  # the group has no links
+            continue  # every link of the group failed
         groups[name] = LinkGroup(name=name, kind=spec["kind"], value=spec["value"], unit=spec["unit"],
                                  links=members, coef=links["coef"][members])
     is_gpu = (table.kind == Kind.GPU) & (table.rank >= 0)
     nodes, ranks = np.flatnonzero(is_gpu), table.rank[is_gpu]
     num_gpus = table.num_gpus
-    if ranks.size and (ranks.max() >= num_gpus or np.unique(ranks).size != ranks.size):
-        raise ValueError(f"fabric: GPU ranks must be distinct and in 0..{num_gpus - 1}")
+    first = np.zeros(ranks.size, bool)
+    first[np.unique(ranks, return_index=True)[1]] = True
+    bad = np.flatnonzero((ranks >= num_gpus) | ~first)
+    if bad.size:
+        raise ValueError(f"node {names[nodes[bad[0]]]}: rank {ranks[bad[0]]} is out of range 0..{num_gpus - 1} "
+                         "or used twice")
     gpus = np.full(num_gpus, -1, dtype=np.int64)
     gpu_domain = np.full(num_gpus, -1, dtype=np.int64)
     gpus[ranks], gpu_domain[ranks] = nodes, table.domain[is_gpu]

@@ -9,22 +9,13 @@ config's unit string (``"400Gbps"``, ``"2us"``, ``"10km"``), read once here. Eve
 from __future__ import annotations
 
 import dataclasses
-import math
 import numbers
 from collections.abc import Mapping, Sequence
 
 from .. import _units
+from .._checks import check_number
 
 FIBRE_DELAY_S_PER_KM = 4.9e-6  # light in fibre: ~1,000 km is ~10 ms round trip (docs/sources.md)
-
-
-def _positive(where: str, value, *, integer: bool = False) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-    if integer:
-        ok = ok and float(value).is_integer()
-    if not ok:
-        kind = "a positive integer" if integer else "> 0 and finite"
-        raise ValueError(f"{where}: must be {kind}, got {value!r}")
 
 
 def _read_units(spec, where: str, **kinds: str) -> None:
@@ -32,11 +23,6 @@ def _read_units(spec, where: str, **kinds: str) -> None:
     the YAML loader reads them; numbers pass unchanged to the field checks."""
     for name, kind in kinds.items():
         object.__setattr__(spec, name, _units.coerce(getattr(spec, name), kind, f"{where}.{name}"))
-
-
-def _nonnegative(where: str, value) -> None:
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-        raise ValueError(f"{where}: must be >= 0 and finite, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,9 +45,9 @@ class ScaleUp:
 
     def __post_init__(self):
         _read_units(self, "scale_up", bandwidth="bandwidth", latency="time")
-        _positive("scale_up.size", self.size, integer=True)
-        _positive("scale_up.bandwidth", self.bandwidth)
-        _nonnegative("scale_up.latency", self.latency)
+        check_number("scale_up.size", self.size, minimum=1, integer=True)
+        check_number("scale_up.bandwidth", self.bandwidth, strict=True)
+        check_number("scale_up.latency", self.latency)
         if self.topology not in ("switch", "full_mesh"):
             raise ValueError(f"scale_up.topology: must be 'switch' or 'full_mesh', got {self.topology!r}")
 
@@ -111,11 +97,11 @@ class Clos:
             raise ValueError(f"scale_out.tiers: must be 2 or 3, got {self.tiers!r}")
         _read_units(self, "scale_out", nic_bandwidth="bandwidth", latency="time")
         for name in ("gpus_per_leaf", "leaves_per_pod", "spines_per_pod", "pods", "aggs_per_plane"):
-            _positive(f"scale_out.{name}", getattr(self, name), integer=True)
+            check_number(f"scale_out.{name}", getattr(self, name), minimum=1, integer=True)
         if self.tiers == 2 and self.pods != 1:
             raise ValueError(f"scale_out.pods: a 2-tier Clos has one pod, got {self.pods!r}")
-        _positive("scale_out.nic_bandwidth", self.nic_bandwidth)
-        _nonnegative("scale_out.latency", self.latency)
+        check_number("scale_out.nic_bandwidth", self.nic_bandwidth, strict=True)
+        check_number("scale_out.latency", self.latency)
         ratios = self.oversubscription
         if ratios is None:  # non-blocking
             ratios = 1.0
@@ -129,9 +115,9 @@ class Clos:
             raise ValueError(f"scale_out.oversubscription: needs {self.tiers - 1} ratio(s) for {self.tiers} "
                              f"tiers, got {self.oversubscription!r}")
         for i, ratio in enumerate(self.oversubscription):
-            _positive(f"scale_out.oversubscription[{i}]", ratio)
+            check_number(f"scale_out.oversubscription[{i}]", ratio, strict=True)
         if self.radix is not None:
-            _positive("scale_out.radix", self.radix, integer=True)
+            check_number("scale_out.radix", self.radix, minimum=1, integer=True)
             ports = {"leaf": self.gpus_per_leaf + self.spines_per_pod,
                      "spine": self.leaves_per_pod + (self.aggs_per_plane if self.tiers == 3 else 0)}
             if self.tiers == 3:
@@ -143,7 +129,7 @@ class Clos:
     @classmethod
     def from_radix(cls, radix: int, *, tiers: int = 3, **kwargs) -> Clos:
         """The largest non-blocking layout of ``radix``-port switches (a k-ary fat-tree for 3 tiers)."""
-        _positive("scale_out.radix", radix, integer=True)
+        check_number("scale_out.radix", radix, minimum=1, integer=True)
         if radix % 2:
             raise ValueError(f"scale_out.radix: must be even, got {radix!r}")
         half = radix // 2
@@ -184,7 +170,7 @@ class Site:
         if self.scale_out is None and self.scale_up is None:
             raise ValueError(f"{where}: needs a scale_out fabric, a scale_up domain or both")
         _read_units(self, where, border_oversubscription="ratio")
-        _positive(f"{where}.border_oversubscription", self.border_oversubscription)
+        check_number(f"{where}.border_oversubscription", self.border_oversubscription, strict=True)
         if self.scale_out is not None and self.scale_up is not None:
             n, d = self.scale_out.num_gpus, self.scale_up.size
             if n % d:
@@ -221,9 +207,9 @@ class LongHaul:
         if self.a == self.b:
             raise ValueError(f"{where}: a long-haul link joins two different sites, got {self.a!r} twice")
         _read_units(self, where, capacity="bandwidth", length_km="length", extra_latency="time")
-        _positive(f"{where}.capacity", self.capacity)
-        _nonnegative(f"{where}.length_km", self.length_km)
-        _nonnegative(f"{where}.extra_latency", self.extra_latency)
+        check_number(f"{where}.capacity", self.capacity, strict=True)
+        check_number(f"{where}.length_km", self.length_km)
+        check_number(f"{where}.extra_latency", self.extra_latency)
 
     @property
     def name(self) -> str:

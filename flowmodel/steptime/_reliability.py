@@ -40,15 +40,10 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
+from .._checks import check_number
 from ..fabric._tags import Kind, Tier
 
 DAY = 86400.0
-
-
-def _finite(where: str, value, minimum: float = 0.0, strict: bool = False) -> None:
-    ok = isinstance(value, (int, float, np.floating)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < minimum or (strict and value == minimum):
-        raise ValueError(f"{where}: must be {'>' if strict else '>='} {minimum:g}, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,8 +55,8 @@ class Component:
     repair: float = 0.0
 
     def check(self, where: str) -> None:
-        _finite(f"{where}.rate_per_day", self.rate_per_day)
-        _finite(f"{where}.repair", self.repair)
+        check_number(f"{where}.rate_per_day", self.rate_per_day)
+        check_number(f"{where}.repair", self.repair)
 
 
 SWITCHES = (Kind.SCALE_UP_SWITCH, Kind.LEAF, Kind.SPINE, Kind.AGGREGATION, Kind.BORDER)  # of a built fabric
@@ -122,25 +117,22 @@ class Reliability:
                 if name not in known:
                     raise ValueError(f"reliability.{section}.{name}: unknown; known: {', '.join(known)}")
                 component.check(f"reliability.{section}.{name}")
-        if not (isinstance(self.gpus_per_host, int) and self.gpus_per_host >= 1):
-            raise ValueError(f"reliability.gpus_per_host: must be an integer >= 1, got {self.gpus_per_host!r}")
-        _finite("reliability.checkpoint.bytes_per_parameter", self.bytes_per_parameter, strict=True)
+        check_number("reliability.gpus_per_host", self.gpus_per_host, minimum=1, integer=True)
+        check_number("reliability.checkpoint.bytes_per_parameter", self.bytes_per_parameter, strict=True)
         for key, value in (("checkpoint.size", self.checkpoint_size), ("checkpoint.interval", self.interval),
                            ("storage.bandwidth", self.storage_bandwidth),
                            ("storage.capacity", self.storage_capacity)):
             if value is not None:
-                _finite(f"reliability.{key}", value, strict=True)
+                check_number(f"reliability.{key}", value, strict=True)
         if self.checkpoint_mode not in CHECKPOINT_MODES:
             raise ValueError(f"reliability.checkpoint.mode: must be one of {', '.join(CHECKPOINT_MODES)}, "
                              f"got {self.checkpoint_mode!r}")
-        _finite("reliability.checkpoint.snapshot", self.snapshot)
-        _finite("reliability.restart.detection", self.detection)
-        _finite("reliability.restart.rescheduling", self.rescheduling)
-        _finite("reliability.monte_carlo.weibull_shape", self.weibull_shape, strict=True)
-        if not (isinstance(self.runs, int) and self.runs >= 2):
-            raise ValueError(f"reliability.monte_carlo.runs: must be an integer >= 2, got {self.runs!r}")
-        if not (isinstance(self.seed, int) and self.seed >= 0):
-            raise ValueError(f"reliability.monte_carlo.seed: must be an integer >= 0, got {self.seed!r}")
+        check_number("reliability.checkpoint.snapshot", self.snapshot)
+        check_number("reliability.restart.detection", self.detection)
+        check_number("reliability.restart.rescheduling", self.rescheduling)
+        check_number("reliability.monte_carlo.weibull_shape", self.weibull_shape, strict=True)
+        check_number("reliability.monte_carlo.runs", self.runs, minimum=2, integer=True)
+        check_number("reliability.monte_carlo.seed", self.seed, integer=True)
 
 
 def young_daly(checkpoint, rate):

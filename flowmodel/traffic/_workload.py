@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from .. import _units
+from .._checks import check_number
 from ._collectives import Phase
 
 DIMS = ("tp", "cp", "pp", "dp")  # rank order, fastest-varying first: TP in a domain, PP across racks, DP widest
@@ -21,16 +22,6 @@ DIMS = ("tp", "cp", "pp", "dp")  # rank order, fastest-varying first: TP in a do
 # value is a mistake, not a workload.
 MAX_MICRO_BATCHES = 65_536
 MAX_SCHEDULE_OPS = 2**22
-
-
-def _int(where: str, value, minimum: int = 1) -> None:
-    if not (isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= minimum):
-        raise ValueError(f"{where}: must be an integer >= {minimum}, got {value!r}")
-
-
-def _pos(where: str, value) -> None:
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-        raise ValueError(f"{where}: must be > 0 and finite, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,14 +47,14 @@ class Model:
 
     def __post_init__(self):
         for f in ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "seq_len", "dtype_bytes"):
-            _int(f"model.{f}", getattr(self, f))
-        _int("model.experts", self.experts, 0)
+            check_number(f"model.{f}", getattr(self, f), minimum=1, integer=True)
+        check_number("model.experts", self.experts, integer=True)
         if self.hidden % self.heads:
             raise ValueError(f"model.heads: {self.heads} does not divide hidden {self.hidden}")
         if self.heads % self.kv_heads:
             raise ValueError(f"model.kv_heads: {self.kv_heads} does not divide heads {self.heads}")
         if self.experts:
-            _int("model.top_k", self.top_k)
+            check_number("model.top_k", self.top_k, minimum=1, integer=True)
             if self.top_k > self.experts:
                 raise ValueError(f"model.top_k: {self.top_k} is more than the {self.experts} experts")
 
@@ -125,7 +116,7 @@ class Parallelism:
 
     def __post_init__(self):
         for f in ("tp", "pp", "dp", "cp", "ep", "virtual_stages"):
-            _int(f"parallelism.{f}", getattr(self, f))
+            check_number(f"parallelism.{f}", getattr(self, f), minimum=1, integer=True)
         object.__setattr__(self, "order", tuple(self.order))
         if sorted(self.order) != sorted(DIMS):
             raise ValueError(f"parallelism.order: must order {', '.join(DIMS)} once each, got {list(self.order)}")
@@ -178,16 +169,16 @@ class Training:
     steps: int | None = None
 
     def __post_init__(self):
-        _int("training.global_batch", self.global_batch)
+        check_number("training.global_batch", self.global_batch, minimum=1, integer=True)
         if self.tokens is not None:
-            _pos("training.tokens", self.tokens)
+            check_number("training.tokens", self.tokens, strict=True)
         if self.steps is not None:
-            _int("training.steps", self.steps)
+            check_number("training.steps", self.steps, minimum=1, integer=True)
             if self.tokens is not None:
                 raise ValueError(f"training.steps: give tokens or steps, not both (got {self.tokens!r} tokens "
                                  f"and {self.steps!r} steps)")
-        _int("training.micro_batch", self.micro_batch)
-        _pos("training.peak_flops", self.peak_flops)
+        check_number("training.micro_batch", self.micro_batch, minimum=1, integer=True)
+        check_number("training.peak_flops", self.peak_flops, strict=True)
         if not 0 < self.efficiency <= 1:
             raise ValueError(f"training.efficiency: must be in (0, 1], got {self.efficiency!r}")
         par, m = self.parallelism, self.model
@@ -215,7 +206,7 @@ class Training:
             if len(set(self.ranks)) != len(self.ranks):
                 raise ValueError("training.ranks: a GPU rank is listed twice")
         object.__setattr__(self, "hbm", _units.coerce(self.hbm, "size", "training.hbm"))  # "80GB" as in a config
-        _pos("training.hbm", self.hbm)
+        check_number("training.hbm", self.hbm, strict=True)
         static = self.memory()
         static = static["weights"] + static["gradients"] + static["optimizer"]
         if static > self.hbm:
@@ -337,11 +328,8 @@ class Inference:
         if pre.ndim != 2 or dec.ndim != 2 or pre.shape[1] != dec.shape[1] or pre.size == 0 or dec.size == 0:
             raise ValueError(f"inference[{self.name}]: prefill and decode must be int[instances, tp] with the same tp, "
                              f"got shapes {pre.shape} and {dec.shape}")
-        if not (self.requests_per_s > 0 and np.isfinite(self.requests_per_s)):
-            raise ValueError(f"inference[{self.name}].requests_per_s: must be > 0, got {self.requests_per_s!r}")
-        if not (isinstance(self.prompt_tokens, int) and self.prompt_tokens > 0):
-            raise ValueError(f"inference[{self.name}].prompt_tokens: must be a positive integer, "
-                             f"got {self.prompt_tokens!r}")
+        check_number(f"inference[{self.name}].requests_per_s", self.requests_per_s, strict=True)
+        check_number(f"inference[{self.name}].prompt_tokens", self.prompt_tokens, minimum=1, integer=True)
 
     @property
     def kv_bytes(self) -> int:
