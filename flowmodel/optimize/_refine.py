@@ -215,13 +215,14 @@ def _first_order_moves(up, down, box: _Box, binding: bool, z: np.ndarray):
     return moves
 
 
-def _tie_polls(f: _Counted, z, value, up, down, box: _Box, tolerance: float, sizes=(1e-2, 1e-3)):
-    """Exact polls at the knobs with a kink (one-sided derivatives far apart): their capacities
-    scaled together down (the cost re-spent on the other knob that gains most per cost) and up (the
-    cost taken from the knob that loses least per cost, or the leftover budget)."""
+def _tie_polls(f: _Counted, z, value, up, down, box: _Box, tolerance: float, kinked=(), sizes=(1e-2, 1e-3)):
+    """Exact polls at the knobs with a kink (one-sided derivatives far apart, or ``kinked``: a pair
+    whose first-order gain the exact poll did not show): their capacities scaled together down (the
+    cost re-spent on the other knob that gains most per cost) and up (the cost taken from the knob
+    that loses least per cost, or the leftover budget)."""
     width = up + down
-    ties = [i for i in box.free if np.isfinite(width[i]) and width[i] > tolerance
-            and width[i] > 0.5 * max(abs(up[i]), abs(down[i]))]
+    ties = [i for i in box.free if i in kinked or (np.isfinite(width[i]) and width[i] > tolerance
+                                                    and width[i] > 0.5 * max(abs(up[i]), abs(down[i])))]
     if len(ties) < 2:
         return ties, []
     b, others = box.b, [i for i in box.free if i not in ties]
@@ -272,8 +273,7 @@ def _check(f: _Counted, z, box: _Box, value: float, tolerance: float, h: float, 
     binding = bool(np.isfinite(box.slack) and left <= 1e-6 * max(float(box.b[list(box.free)].sum()), 1e-300))
     with f.watched(progress, 2 * len(box.free) + 4 + polls, "certify: one-sided derivatives and polls"):
         up, down = _one_sided(f, z, value, box, h)
-        ties, tied = _tie_polls(f, z, value, up, down, box, tolerance)
-        moves, unresolved = [], False
+        moves, unresolved, kinked = [], False, set()
         for gain, name, d in _first_order_moves(up, down, box, binding, z):
             if "," in name and gain > tolerance:  # a pair: confirm it exactly
                 if polls == 0:
@@ -281,7 +281,10 @@ def _check(f: _Counted, z, box: _Box, value: float, tolerance: float, h: float, 
                     continue
                 polls -= 1
                 gain = _poll(f, z, value, d, box, h)
+                if gain <= tolerance:  # its two knobs meet at a kink closer than h
+                    kinked |= set(np.flatnonzero(np.abs(d) > 1e-15).tolist())
             moves.append((gain, name, d))
+        ties, tied = _tie_polls(f, z, value, up, down, box, tolerance, kinked)
     lam, residual = _multiplier(up, down, box.b, binding)
     ranked = sorted([m for m in tied + moves if m[0] > 0], key=lambda m: -m[0])
     best_gain, best_move = (ranked[0][0], ranked[0][1]) if ranked else (0.0, None)
@@ -323,7 +326,9 @@ def _line_search(f: _Counted, z, value, d, box: _Box, h: float, steps=STEPS):
         above = t
     if best_t == 0.0:
         return z, value, False
-    lo, hi = 0.0, above if above is not None else best_t
+    if above is None:  # the longest step improved: take it
+        return np.clip(z + best_t * d, 0.0, 1.0), best_v, True
+    lo, hi = 0.0, above
     ratio = (math.sqrt(5) - 1) / 2
 
     def at(t):
@@ -347,6 +352,41 @@ def _line_search(f: _Counted, z, value, d, box: _Box, h: float, steps=STEPS):
     return np.clip(z + best_t * d, 0.0, 1.0), best_v, True
 
 
+def _newton(z, derivatives, box: _Box, h: float) -> np.ndarray | None:
+    """A diagonal Newton move of every knob at once from the check's differences: gradient g = (up -
+    down) / 2, curvature c = (up + down) / h (a kink's is large, so a tied knob barely moves), and the
+    budget multiplier that keeps the move within the budget (budget-neutral when it binds)."""
+    up, down = derivatives
+    free = np.array(box.free, dtype=int)
+    if free.size == 0:
+        return None
+    u, dn, b = up[free], down[free], box.b[free]
+    g = np.where(np.isnan(u), -dn, np.where(np.isnan(dn), u, 0.5 * (u - dn)))
+    c = (u + dn) / h
+    c = np.where(np.isfinite(c) & (c > 0), c, np.nan)
+    c = np.where(np.isnan(c), np.nanmedian(c) if np.isfinite(c).any() else 1.0, c)
+    lo, hi = -z[free], 1.0 - z[free]
+
+    def move(lam):
+        return np.clip(-(g + lam * b) / c, lo, hi)
+
+    left = box.slack - float(box.b @ z)
+    if np.isfinite(box.slack) and float(b @ move(0.0)) > max(left, 0.0):
+        top = 1.0
+        while float(b @ move(top)) > max(left, 0.0) and top < 1e300:
+            top *= 4.0
+        bottom = 0.0
+        for _ in range(100):  # bisection: the spend falls as lambda grows
+            mid = 0.5 * (bottom + top)
+            bottom, top = (mid, top) if float(b @ move(mid)) > max(left, 0.0) else (bottom, mid)
+        step = move(top)
+    else:
+        step = move(0.0)
+    d = np.zeros(len(z))
+    d[free] = step
+    return d if np.abs(d).max() > 1e-12 else None
+
+
 def _refine(f: _Counted, z, box: _Box, tolerance: float, rounds: int, moves_per_round: int, h: float,
             progress: bool):
     value = f(z)
@@ -355,6 +395,11 @@ def _refine(f: _Counted, z, box: _Box, tolerance: float, rounds: int, moves_per_
         if check.passed:
             return z, value, check, derivatives
         improved, used = False, set()
+        newton = _newton(z, derivatives, box, h)
+        if newton is not None:
+            scale = float(np.abs(newton).max())
+            z, value, improved = _line_search(f, z, value, newton, box, h,
+                                              steps=tuple(scale * 2.0**-i for i in range(0, 12, 2)))
         for _, _, d in moves:
             knobs = set(np.flatnonzero(np.abs(d) > 1e-15).tolist())
             if knobs & used:
