@@ -103,11 +103,11 @@ class _Counted:
             self.bar = outer
 
 
-def _bar(progress: bool, total: int | None, desc: str):
+def _bar(progress: bool, total: int | None, desc: str, unit: str = "eval"):
     """A progress bar with an ETA on stderr, shown only once its stage has run for 2 s."""
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, disable=not progress, delay=2.0, leave=False, unit="eval")
+    return tqdm(total=total, desc=desc, disable=not progress, delay=2.0, leave=False, unit=unit)
 
 
 def _counted(f) -> _Counted:
@@ -464,7 +464,7 @@ def polish(value_and_grad: Callable, z0, space: Space, *, budget: float | None =
         z[free] = np.clip(x, 0.0, 1.0)
         return z
 
-    with _bar(progress, max_iterations, "polish: SLSQP on the exact gradient") as bar:
+    with _bar(progress, max_iterations, "polish: SLSQP on the exact gradient", unit="gradient") as bar:
         def fun(x):
             calls[0] += 1
             bar.update(1)
@@ -624,7 +624,7 @@ def finish(result: Result, network, space: Space, exact: Callable, *, budget: fl
     # re-optimise the continuous knobs of every rounding when that is cheap, else of the best few
     keep = len(candidates) if len(candidates) * max(len(continuous), 1) <= 256 else min(4, len(candidates))
     best = None
-    with _bar(progress and keep > 1, keep, "refine each rounding") as bar:
+    with _bar(progress and keep > 1, keep, "refine each rounding", unit="rounding") as bar:
         for _, z in candidates[:keep]:
             if continuous and value_and_grad is not None:
                 z, _, calls = polish(value_and_grad, z, space, budget=budget, fixed=discrete, progress=progress)
