@@ -271,7 +271,7 @@ def _check(f: _Counted, z, box: _Box, value: float, tolerance: float, h: float, 
     start = f.count
     left = box.slack - float(box.b @ z)
     binding = bool(np.isfinite(box.slack) and left <= 1e-6 * max(float(box.b[list(box.free)].sum()), 1e-300))
-    with f.watched(progress, 2 * len(box.free) + 4 + polls, "certify: one-sided derivatives and polls"):
+    with f.watched(progress, 2 * len(box.free) + 6 + polls, "certify: one-sided derivatives and polls"):
         up, down = _one_sided(f, z, value, box, h)
         moves, unresolved, kinked = [], False, set()
         for gain, name, d in _first_order_moves(up, down, box, binding, z):
@@ -285,6 +285,11 @@ def _check(f: _Counted, z, box: _Box, value: float, tolerance: float, h: float, 
                     kinked |= set(np.flatnonzero(np.abs(d) > 1e-15).tolist())
             moves.append((gain, name, d))
         ties, tied = _tie_polls(f, z, value, up, down, box, tolerance, kinked)
+        newton = _newton(z, (up, down), box, h)
+        if newton is not None and ties:  # the move of every knob at once, where the per-knob view is weakest
+            d = newton / float(np.abs(newton).max())
+            tied += [(_poll(f, z, value, d, box, s), f"all knobs along the projected gradient by {s:g}", d)
+                     for s in (1e-2, 1e-3)]
     lam, residual = _multiplier(up, down, box.b, binding)
     ranked = sorted([m for m in tied + moves if m[0] > 0], key=lambda m: -m[0])
     best_gain, best_move = (ranked[0][0], ranked[0][1]) if ranked else (0.0, None)
