@@ -203,3 +203,23 @@ def test_a_binding_budget_that_buys_is_spent():
     done = opt.finish(res, net, space, exact, budget=budget)
     assert not done.buys_nothing and done.saved == 0.0 and done.check.passed
     assert done.result.cost == pytest.approx(budget, rel=1e-9)
+
+
+def test_progress_with_an_eta_on_stderr_and_silent_without(capsys):
+    import time as clock
+
+    _, _, space = _mesh(3)
+    f = _tie(space)
+    z = 0.6 - _capacity(space)(np.zeros(3))
+    a, b = space.cost_line()
+    budget = a + float(b @ z)
+
+    def slow(w):
+        clock.sleep(0.25)  # the check's stage runs past the 2 s a bar waits before it shows
+        return f(w)
+
+    opt.optimality_check(slow, z, space, budget=budget, progress=False)
+    assert capsys.readouterr().err == ""
+    opt.optimality_check(slow, z, space, budget=budget, progress=True)
+    err = capsys.readouterr().err
+    assert "certify" in err and "<" in err  # tqdm's elapsed<remaining

@@ -15,9 +15,13 @@ can hide a move that shifts budget from the tied knobs together to another one, 
 polls a few exact moves there (the tied knobs' capacities scaled together, the cost re-spent on the
 best other knob, or taken from the cheapest one): O(K) evaluations in all.
 
-**The refinement** takes the moves the check ranks best (a knob up, a knob down, or a budget-neutral
-pair, each to first order), each with a short exact line search, and checks again, a bounded number
-of rounds. With the exact gradient (``gradient=``), SciPy's SLSQP polishes the continuous knobs first.
+**The refinement** moves every knob at once by a diagonal Newton step built from the check's
+differences (the budget multiplier keeping it within the budget), then takes the moves the check
+ranks best (a knob up, a knob down, a budget-neutral pair, a tie poll), each with an exact line
+search that finds a kink on the line by golden section, and checks again, a bounded number of
+rounds. Pairwise and tie polls cannot see every descent at a tie of three or more jobs; such a point
+may pass (as it passed the pairwise compass polls this replaces). With the exact gradient (``gradient=``),
+SciPy's SLSQP polishes the continuous knobs first.
 
 **Rounding**: every combination of allowed values when there are at most ``max_roundings``
 (otherwise a coordinate rounding: nearest values, then each discrete knob moved one allowed value
