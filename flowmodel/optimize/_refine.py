@@ -13,7 +13,9 @@ g_i lies anywhere between them, and the conditions above are checked against tha
 tie of several knobs (two links in series at equal capacity) the one-sided model of each knob alone
 can hide a move that shifts budget from the tied knobs together to another one, so the check also
 polls a few exact moves there (the tied knobs' capacities scaled together, the cost re-spent on the
-best other knob, or taken from the cheapest one): O(K) evaluations in all.
+best other knob, or taken from the cheapest one), and samples a small bundle of gradients on either
+side of the tie (forward differences at a few displaced points) whose combination closest to the KKT
+conditions gives one more move to poll: O(K) evaluations in all (2K, and 6K at a tie).
 
 **The refinement** moves every knob at once by a diagonal Newton step built from the check's
 differences (the budget multiplier keeping it within the budget), then takes the moves the check
@@ -265,7 +267,49 @@ def _poll(f: _Counted, z, value, d, box: _Box, h: float):
     return -np.inf if moved < 1e-15 else (value - f(w)) / (abs(value) * moved)
 
 
-def _check(f: _Counted, z, box: _Box, value: float, tolerance: float, h: float, progress: bool, polls: int = 8):
+def _bundle_poll(f: _Counted, z, value, box: _Box, ties, binding: bool, h: float, samples: int, radius: float = 1e-3):
+    """Gradients sampled on either side of a tie (the tied knobs displaced by +-``radius`` at random;
+    forward differences, K evaluations each), the combination of them closest to the KKT conditions
+    (weights on the simplex, a budget multiplier), and an exact poll along what is left of it: a
+    descent for every sampled piece, found where the per-knob and pair views are blind."""
+    from scipy.optimize import nnls
+
+    free = np.array(box.free, dtype=int)
+    rng = np.random.default_rng(len(free))
+    grads = []
+    for _ in range(samples):
+        y = z.copy()
+        y[ties] = np.clip(z[ties] + radius * rng.choice([-1.0, 1.0], len(ties)), 0.0, 1.0)
+        fy, g = f(y), np.zeros(len(z))
+        for i in free:
+            t = h if y[i] + h <= 1.0 else -h
+            w = y.copy()
+            w[i] += t
+            g[i] = (f(w) - fy) / (abs(value) * t)
+        grads.append(g[free])
+    # min || sum_k mu_k g_k + lam b ||, mu >= 0 summing to 1 (a heavy row), lam >= 0 (only when the budget binds);
+    # components at a bound that push outward are dropped: they are feasible to leave as they are
+    G = np.stack(grads, 1)
+    cols = np.hstack([G, box.b[free][:, None]]) if binding else G
+    keep = ~(((z[free] <= 1e-12) & (G.min(1) >= 0)) | ((z[free] >= 1 - 1e-12) & (G.max(1) <= 0)))
+    A = np.vstack([cols[keep], 1e3 * np.r_[np.ones(len(grads)), np.zeros(cols.shape[1] - len(grads))]])
+    coef, _ = nnls(A, np.r_[np.zeros(int(keep.sum())), 1e3])
+    r = cols @ coef
+    d = np.zeros(len(z))
+    d[free] = -r
+    d[free[(z[free] <= 1e-12) & (d[free] < 0)]] = 0.0
+    d[free[(z[free] >= 1 - 1e-12) & (d[free] > 0)]] = 0.0
+    if binding and float(box.b @ d) > 0:  # stay within the budget: take the spend out along b
+        d[free] -= float(box.b @ d) / float(box.b[free] @ box.b[free]) * box.b[free]
+    if np.abs(d).max() < 1e-12:
+        return []
+    d /= float(np.abs(d).max())
+    return [(_poll(f, z, value, d, box, s), f"bundle of {samples} gradients at the tie, by {s:g}", d)
+            for s in (1e-2, 1e-3)]
+
+
+def _check(f: _Counted, z, box: _Box, value: float, tolerance: float, h: float, progress: bool, polls: int = 8,
+           bundle: int = 4):
     """The check and the moves it ranks best: (check, [(gain, name, direction)] improving, (up, down)).
 
     A single knob's one-sided difference is an exact poll of that move; a pair's first-order gain
@@ -275,7 +319,8 @@ def _check(f: _Counted, z, box: _Box, value: float, tolerance: float, h: float, 
     start = f.count
     left = box.slack - float(box.b @ z)
     binding = bool(np.isfinite(box.slack) and left <= 1e-6 * max(float(box.b[list(box.free)].sum()), 1e-300))
-    with f.watched(progress, 2 * len(box.free) + 6 + polls, "certify: one-sided derivatives and polls"):
+    total = (2 + bundle) * len(box.free) + bundle + 8 + polls  # at most: the bundle only where knobs tie
+    with f.watched(progress, total, "certify: one-sided derivatives and polls"):
         up, down = _one_sided(f, z, value, box, h)
         moves, unresolved, kinked = [], False, set()
         for gain, name, d in _first_order_moves(up, down, box, binding, z):
@@ -294,6 +339,8 @@ def _check(f: _Counted, z, box: _Box, value: float, tolerance: float, h: float, 
             d = newton / float(np.abs(newton).max())
             tied += [(_poll(f, z, value, d, box, s), f"all knobs along the projected gradient by {s:g}", d)
                      for s in (1e-2, 1e-3)]
+        if len(ties) >= 2 and bundle > 0:
+            tied += _bundle_poll(f, z, value, box, ties, binding, h, bundle)
     lam, residual = _multiplier(up, down, box.b, binding)
     ranked = sorted([m for m in tied + moves if m[0] > 0], key=lambda m: -m[0])
     best_gain, best_move = (ranked[0][0], ranked[0][1]) if ranked else (0.0, None)
@@ -307,13 +354,14 @@ def _check(f: _Counted, z, box: _Box, value: float, tolerance: float, h: float, 
 
 def optimality_check(f: Callable[[np.ndarray], float], z, space: Space, *, budget: float | None = None,
                      fixed: Sequence[int] = (), tolerance: float = 1e-3, value: float | None = None,
-                     difference: float = DIFFERENCE, progress: bool = False) -> Check:
-    """The first-order check of knob positions ``z`` (``fixed`` knobs stay) on the exact objective ``f``."""
+                     difference: float = DIFFERENCE, bundle: int = 4, progress: bool = False) -> Check:
+    """The first-order check of knob positions ``z`` (``fixed`` knobs stay) on the exact objective ``f``;
+    ``bundle``: gradients sampled at a tie (K evaluations each; 0 for none)."""
     counted, box = _counted(f), _box(space, budget, fixed)
     z = np.asarray(z, np.float64)
     own = value is None
     value = counted(z) if own else float(value)
-    check, _, _ = _check(counted, z, box, value, tolerance, difference, progress)
+    check, _, _ = _check(counted, z, box, value, tolerance, difference, progress, bundle=bundle)
     return dataclasses.replace(check, moves=check.moves + own)
 
 
@@ -397,10 +445,10 @@ def _newton(z, derivatives, box: _Box, h: float) -> np.ndarray | None:
 
 
 def _refine(f: _Counted, z, box: _Box, tolerance: float, rounds: int, moves_per_round: int, h: float,
-            progress: bool):
+            progress: bool, bundle: int = 4):
     value = f(z)
     for _ in range(rounds):
-        check, moves, derivatives = _check(f, z, box, value, tolerance, h, progress)
+        check, moves, derivatives = _check(f, z, box, value, tolerance, h, progress, bundle=bundle)
         if check.passed:
             return z, value, check, derivatives
         improved, used = False, set()
@@ -420,13 +468,14 @@ def _refine(f: _Counted, z, box: _Box, tolerance: float, rounds: int, moves_per_
                 break
         if not improved:
             return z, value, check, derivatives
-    check, _, derivatives = _check(f, z, box, value, tolerance, h, progress)
+    check, _, derivatives = _check(f, z, box, value, tolerance, h, progress, bundle=bundle)
     return z, value, check, derivatives
 
 
 def refine(f: Callable[[np.ndarray], float], z0, space: Space, *, budget: float | None = None,
            fixed: Sequence[int] = (), tolerance: float = 1e-3, rounds: int = 8, moves_per_round: int = 8,
-           difference: float = DIFFERENCE, progress: bool = False) -> tuple[np.ndarray, float, Check, int]:
+           difference: float = DIFFERENCE, bundle: int = 4, progress: bool = False
+           ) -> tuple[np.ndarray, float, Check, int]:
     """First-order refinement on the exact objective ``f`` of knob positions from ``z0`` (feasible):
     up to ``rounds`` rounds of the check, each followed by a line search along its best
     ``moves_per_round`` moves on distinct knobs: (positions, value, the check there, evaluations).
@@ -434,7 +483,7 @@ def refine(f: Callable[[np.ndarray], float], z0, space: Space, *, budget: float 
     counted, box = _counted(f), _box(space, budget, fixed)
     start = counted.count
     z, value, check, _ = _refine(counted, np.asarray(z0, np.float64), box, tolerance, rounds, moves_per_round,
-                                 difference, progress)
+                                 difference, progress, bundle)
     return z, value, check, counted.count - start
 
 
@@ -601,7 +650,7 @@ def _least_cost(f: _Counted, z, value, box: _Box, discrete, choices, derivatives
 
 def finish(result: Result, network, space: Space, exact: Callable, *, budget: float | None = None,
            gradient: Callable | None = None, tolerance: float = 1e-3, max_roundings: int = 64,
-           rounds: int = 8, same: float = SAME, progress: bool = False) -> Finish:
+           rounds: int = 8, same: float = SAME, bundle: int = 4, progress: bool = False) -> Finish:
     """Round ``result`` (from ``minimize``) to the knobs' allowed values and refine it on ``exact``
     (a function of (network, logits)) within the budget; then, when more budget buys nothing, shrink it
     to the cheapest point found with the same step time.
@@ -638,7 +687,7 @@ def finish(result: Result, network, space: Space, exact: Callable, *, budget: fl
             if continuous and value_and_grad is not None:
                 z, _, calls = polish(value_and_grad, z, space, budget=budget, fixed=discrete, progress=progress)
                 polished += calls
-            z, value, check, derivatives = _refine(counted, z, box, tolerance, rounds, 8, DIFFERENCE, progress)
+            z, value, check, derivatives = _refine(counted, z, box, tolerance, rounds, 8, DIFFERENCE, progress, bundle)
             if best is None or value < best[1] * (1 - 1e-12):
                 best = (z, value, check, derivatives)
             bar.update(1)
@@ -651,7 +700,7 @@ def finish(result: Result, network, space: Space, exact: Callable, *, budget: fl
         z, value = _least_cost(counted, z, value, box, discrete, choices, derivatives, tolerance, same, 6, progress)
         saved = before - float(b @ z)
         if saved > 0:
-            check, _, _ = _check(counted, z, box, value, tolerance, DIFFERENCE, progress)
+            check, _, _ = _check(counted, z, box, value, tolerance, DIFFERENCE, progress, bundle=bundle)
     values = space.values(z)
     params = {g: {"value": float(v), "unit": space.info.groups[g].unit} for g, v in values.items()}
     refined = dataclasses.replace(result, optimized=value, parameters=params, cost=float(a + b @ z),
