@@ -692,9 +692,9 @@ def finish(result: Result, network, space: Space, exact: Callable, *, budget: fl
                 best = (z, value, check, derivatives)
             bar.update(1)
     z, value, check, derivatives = best
-    saved, buys_nothing = 0.0, False
-    if check.passed and _discrete_buys_nothing(counted, z, value, discrete, choices, tolerance):
-        buys_nothing = check.buys_nothing
+    saved = 0.0
+    buys_nothing = (check.passed and check.buys_nothing
+                    and _discrete_buys_nothing(counted, z, value, discrete, choices, tolerance))
     if buys_nothing:
         before = float(b @ z)
         z, value = _least_cost(counted, z, value, box, discrete, choices, derivatives, tolerance, same, 6, progress)
