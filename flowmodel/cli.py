@@ -159,7 +159,7 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
                                 callback=lambda i, v: (bar.update(1), bar.set_postfix(objective=f"{v:.4g}")))
     searched = res.optimized
     _say(quiet)("round to allowed values, polish and certify on the exact model")
-    done = optimize.finish(res, model.network, space, exact, budget=o.budget, gradient=gradient)
+    done = optimize.finish(res, model.network, space, exact, budget=o.budget, gradient=gradient, progress=not quiet)
     res = done.result
     before, after = model.evaluate(), model.evaluate(res.network, logits=res.logits)
     result = {"scenario": scenario.name, "units": UNITS, "baseline_step_time_s": res.baseline,
@@ -170,6 +170,7 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
               "baseline_cost": space.cost_at(baseline_values), "optimized_cost": res.cost, "budget": o.budget,
               "optimality_check": done.check.as_dict(), "roundings": done.roundings,
               "refine_evaluations": done.evaluations, "polish_gradients": done.gradients,
+              "more_budget_buys_nothing": done.buys_nothing, "least_cost_saved": done.saved,
               "history": [float(h) for h in res.history], "restarts": res.restarts,
               "baseline_breakdown_s": _floats(before.steps[before.critical()].breakdown),
               "optimized_breakdown_s": _floats(after.steps[after.critical()].breakdown)}
@@ -185,7 +186,7 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
         extra = [c for c in (result["baseline_cost"], o.budget) if c is not None and span[0] <= c <= span[-1]]
         budgets = np.unique(np.concatenate([span, extra]))
         _say(quiet)(f"pareto front over {len(budgets)} budgets, {budgets[0]:.6g} to {budgets[-1]:.6g}")
-        points = optimize.pareto(res, model.network, space, exact, budgets, gradient=gradient)
+        points = optimize.pareto(res, model.network, space, exact, budgets, gradient=gradient, progress=not quiet)
         front = {"scenario": scenario.name, "units": UNITS,
                  "points": [{"budget": p.budget, "cost": p.result.cost, "step_time_s": p.result.optimized,
                              "parameters": p.result.parameters, "optimality_check": p.check.as_dict()}
@@ -201,9 +202,15 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
             base = result["baseline_parameters"][name]["value"]
             print(f"  {name:<24} {base:>12.5g} -> {p['value']:>12.5g} {p['unit']}")
         check = done.check
-        print(f"  optimality check: {'passed' if check.passed else 'FAILED'} ({check.moves} moves, best gain "
-              f"{max(check.best_gain, 0.0):.2%}; {done.roundings} rounding(s), {done.evaluations} exact evaluations, "
-              f"{done.gradients} gradients)")
+        print(f"  optimality check: {'passed' if check.passed else 'FAILED'} (first order: {check.moves} exact "
+              f"evaluations, best gain {max(check.best_gain, 0.0):.2%} per unit move"
+              + (f" ({check.best_move})" if not check.passed and check.best_move else "")
+              + f", budget multiplier {check.multiplier:.3g}; {done.roundings} rounding(s), {done.evaluations} exact "
+              f"evaluations, {done.gradients} gradients)")
+        if done.buys_nothing and o.budget is not None:
+            print(f"  used {res.cost:,.0f} of {o.budget:,.0f}: more buys nothing"
+                  + (f" (the cheapest point found at this step time; {done.saved:,.0f} less than the refined one)"
+                     if done.saved > 0 else ""))
         if front is not None:
             for p in front["points"]:
                 print(f"  budget {p['budget']:>12.6g}: step time {p['step_time_s']:.4f} s at cost {p['cost']:.6g}")
