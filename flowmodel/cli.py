@@ -138,6 +138,10 @@ def cmd_run(scenario, out: str, quiet: bool) -> dict:
     return result
 
 
+OBJECTIVE_LABELS = {"step_time": "step time", "throughput": "GPU-weighted mean step time",
+                    "expected": "expected step time", "time_to_train": "expected time to train"}
+
+
 def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> dict:
     import optax
     from tqdm import tqdm
@@ -162,8 +166,12 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
     done = optimize.finish(res, model.network, space, exact, budget=o.budget, gradient=gradient, progress=not quiet)
     res = done.result
     before, after = model.evaluate(), model.evaluate(res.network, logits=res.logits)
-    result = {"scenario": scenario.name, "units": UNITS, "baseline_step_time_s": res.baseline,
-              "optimized_step_time_s": res.optimized, "searched_step_time_s": searched,
+    result = {"scenario": scenario.name, "units": UNITS, "objective": o.objective, "search_rates": o.search,
+              "baseline_objective": res.baseline, "optimized_objective": res.optimized,
+              "searched_objective": searched,
+              "baseline_step_time_s": float(before.step_time), "optimized_step_time_s": float(after.step_time),
+              "baseline_job_step_times_s": {n: float(r.step_time) for n, r in before.steps.items()},
+              "optimized_job_step_times_s": {n: float(r.step_time) for n, r in after.steps.items()},
               "parameters": res.parameters,
               "baseline_parameters": {g: {"value": v, "unit": model.info.groups[g].unit}
                                       for g, v in baseline_values.items()},
@@ -195,9 +203,12 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
                            chosen=(res.cost, res.optimized), baseline=(result["baseline_cost"], res.baseline))
         write_json(os.path.join(out, "optimize_pareto.json"), front)
     if not quiet:
-        print(f"{scenario.name}: step time {res.baseline:.4f} s -> {res.optimized:.4f} s "
+        print(f"{scenario.name}: {OBJECTIVE_LABELS[o.objective]} {res.baseline:.4f} s -> {res.optimized:.4f} s "
               f"({res.optimized / res.baseline - 1:+.1%}), cost {res.cost:.6g}"
               + (f" of budget {o.budget:.6g}" if o.budget is not None else ""))
+        if len(before.steps) > 1:
+            print("  jobs: " + ", ".join(f"{n} {result['baseline_job_step_times_s'][n]:.4f} -> {t:.4f} s"
+                                         for n, t in result["optimized_job_step_times_s"].items()))
         for name, p in res.parameters.items():
             base = result["baseline_parameters"][name]["value"]
             print(f"  {name:<24} {base:>12.5g} -> {p['value']:>12.5g} {p['unit']}")

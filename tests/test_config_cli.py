@@ -221,7 +221,9 @@ def test_cli_optimize(tmp_path):
     # every rounding of the spine ratios, the long-haul link refined on the exact model: the whole budget
     assert result["optimality_check"]["passed"] and result["roundings"] == 16
     assert result["optimized_cost"] == pytest.approx(100000.0, rel=1e-9)
-    assert result["optimized_step_time_s"] <= result["searched_step_time_s"] * (1 + 1e-12)
+    assert result["optimized_objective"] <= result["searched_objective"] * (1 + 1e-12)
+    assert result["objective"] == "step_time"  # so the objective is the slowest job's step time
+    assert result["optimized_objective"] == pytest.approx(result["optimized_step_time_s"], rel=1e-12)
     assert result["parameters"]["b0/spine_up"]["unit"] == "ratio"
     assert result["parameters"]["b0/spine_up"]["value"] in (1, 2, 4, 8)
     assert len(result["history"]) == 15
