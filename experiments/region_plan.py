@@ -92,7 +92,7 @@ def mixed(seed: int) -> dict:
         _job("pair", MODEL_8B, 8, 2, 8, first["west3"], 32),       # 128 GPUs: west3 + west4
         _job("tents", MODEL_8B, 8, 1, 16, first["tent0"], 32),     # 128 GPUs: tent0 + tent1
     ]
-    serve = {"name": "serve", "model": MODEL_8B, "prefill": {"first_rank": first["hall2"], "instances": 8, "tp": 8},
+    serve = {"name": "serve", "model": MODEL_8B, "prefill": {"first_rank": first["hall2"], "instances": 16, "tp": 8},
              "decode": {"first_rank": first["tent2"], "instances": 8, "tp": 8}, "requests_per_s": 20.0,
              "prompt_tokens": 8192}
     knobs = []
@@ -119,7 +119,8 @@ def _scenario(name, sites, long_haul, workloads, knobs) -> dict:
     doc = {"name": name,
            "fabric": {"sites": sites, "long_haul": long_haul, "routing": {"policy": "ecmp", "site_paths": 1}},
            "workloads": workloads, "model": {"step_latency": "2us"},
-           "optimize": {"knobs": knobs, "cost": cost, "budget": None, "steps": 60, "learning_rate": 0.05}}
+           "optimize": {"knobs": knobs, "cost": cost, "budget": None, "objective": "throughput", "steps": 60,
+                        "learning_rate": 0.05}}
     doc["optimize"]["budget"] = round(as_built_cost(doc), 6)
     return doc
 

@@ -159,6 +159,7 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
     _say(quiet)(f"compile the search ({o.objective}, {o.search} rates)")
     with tqdm(total=o.steps * o.restarts, desc="optimize", disable=quiet, leave=False) as bar:
         res = optimize.minimize(objective, model.network, space, exact=exact, budget=o.budget, steps=o.steps,
+                                logits=model.split_logits() if o.routing == "wcmp" else None,
                                 optimizer=optax.adam(o.learning_rate), restarts=o.restarts, seed=o.seed,
                                 callback=lambda i, v: (bar.update(1), bar.set_postfix(objective=f"{v:.4g}")))
     searched = res.optimized

@@ -361,6 +361,9 @@ OPTIMIZE = Section({
                               "transfer time (0: inference does not enter)"),
     "search": Key("str", "rates the gradient search runs on: `smooth` (alpha-fair relaxation) or `exact` (the exact "
                          "model's subgradients); results are always reported exact"),
+    "routing": Key("str", "`wcmp`: the split weights of every job's routed phases join the search beside the knobs "
+                          "(needs fabric.routing.policy: wcmp; the as-built point is the even split); `none`: routes "
+                          "stay as routed"),
 }, target=Search)
 SWEEP = Section({
     "grid": Key("grid", "link group -> list of values; the sweep evaluates every combination"),

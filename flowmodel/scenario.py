@@ -51,6 +51,7 @@ from .steptime import (
     plan_training,
     residual_capacity,
     route_phase,
+    routed_phases,
 )
 from .traffic import Background, Inference, Training
 
@@ -91,6 +92,7 @@ class Search:
     objective: str = "step_time"
     kv_weight: float = 0.0
     search: str = "smooth"
+    routing: str = "none"
 
     def __post_init__(self):
         if not self.knobs:
@@ -107,6 +109,11 @@ class Search:
         check_number("optimize.kv_weight", self.kv_weight)
         if self.search not in ("smooth", "exact"):
             raise ValueError(f"optimize.search: must be smooth or exact, got {self.search!r}")
+        if self.routing not in ("none", "wcmp"):
+            raise ValueError(f"optimize.routing: must be none or wcmp, got {self.routing!r}")
+        if self.routing == "wcmp" and self.objective not in ("step_time", "throughput"):
+            raise ValueError(f"optimize.routing: wcmp splits are searched with the step_time or throughput "
+                             f"objective, got objective {self.objective!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,6 +191,9 @@ class Scenario:
             raise ValueError("workloads: needs at least one training job or inference service")
         if self.reliability is not None and all(job.training_steps is None for job in self.training):
             raise ValueError("workloads.training: the reliability section needs a training job with tokens or steps")
+        if self.optimize is not None and self.optimize.routing == "wcmp" and self.routing.policy != "wcmp":
+            raise ValueError(f"optimize.routing: wcmp knobs need split weights, but fabric.routing.policy is "
+                             f"{self.routing.policy!r}, which has none; set fabric.routing.policy: wcmp")
         needs = {"expected": ("failures", self.failures), "time_to_train": ("reliability", self.reliability)}
         if self.optimize is not None and self.optimize.objective in needs:
             section, value = needs[self.optimize.objective]
@@ -284,6 +294,13 @@ class Model:
         if options not in self._programs:
             self._programs[options] = Program(lambda net, lg: self.fleet(net, options, lg))
         return self._programs[options](network, logits)
+
+    def split_logits(self) -> dict:
+        """Zero WCMP logits (an even split, the routing the scenario is evaluated with) for every routed
+        phase of every job with more than one candidate path, keyed ``"<job index>/<phase name>"``
+        (``steptime.routed_phases``); empty unless the routing policy is ``wcmp``."""
+        return {f"{j}/{name}": np.zeros(ph.num_candidates) for j, plan in enumerate(self.plans)
+                for name, ph in routed_phases(plan).items() if ph.num_candidates > 1}
 
     def score(self, fleet: FleetResult, objective: str = "step_time", kv_weight: float = 0.0):
         """One number of a fleet result (differentiable): ``step_time``, the slowest job's; or

@@ -90,3 +90,38 @@ def test_expected_follows_the_probability_formula():
 def test_bad_objectives_name_the_key(optimize, match):
     with pytest.raises(ValueError, match=match):
         _scenario(**optimize)
+
+
+def test_wcmp_splits_join_the_search():
+    import optax
+
+    from flowmodel import optimize
+
+    doc = yaml.safe_load(TEXT)
+    doc["fabric"]["routing"] = {"policy": "wcmp", "max_paths": 4}
+    doc["optimize"]["routing"] = "wcmp"
+    m = sc.prepare(config.parse(doc))
+    logits = m.split_logits()
+    assert logits and all(k.split("/", 1)[0] in ("0", "1") for k in logits)
+    objective = planning_objective(m, "throughput", search="exact")
+    start = {k: jax.numpy.asarray(v) for k, v in logits.items()}
+    g = jax.grad(lambda lg: objective.differentiable(m.network, lg))(start)
+    assert max(float(np.abs(v).max()) for v in g.values()) > 0  # the splits move the objective
+    space = optimize.Space(m.info, m.scenario.optimize.knobs, m.scenario.optimize.cost)
+    res = optimize.minimize(objective.search, m.network, space, exact=objective.exact, logits=logits, steps=8,
+                            optimizer=optax.adam(0.05))
+    assert res.baseline == pytest.approx(objective.exact(m.network, None), rel=1e-12)  # zeros: the as-built split
+    assert res.optimized <= res.baseline * (1 + 1e-12)
+    assert any(np.abs(np.asarray(v)).max() > 0 for v in res.logits.values())
+
+
+def test_wcmp_routing_needs_a_policy_with_weights():
+    doc = yaml.safe_load(TEXT)
+    doc["optimize"]["routing"] = "wcmp"
+    with pytest.raises(ValueError, match="optimize.routing: wcmp knobs need split weights, but fabric.routing.policy"):
+        config.parse(doc)
+    doc["fabric"]["routing"] = {"policy": "wcmp"}
+    doc["optimize"]["objective"] = "expected"
+    doc["failures"] = {"tiers": ["long_haul"]}
+    with pytest.raises(ValueError, match="optimize.routing: wcmp splits are searched with the step_time or throughput"):
+        config.parse(doc)
