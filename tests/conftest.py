@@ -6,6 +6,9 @@ import pytest
 
 jax.config.update("jax_enable_x64", True)
 
+# Planted violations read by tests/test_guards.py; their conftest.py would shadow this one as `conftest`.
+collect_ignore = ["guard_fixtures"]
+
 
 @pytest.fixture(autouse=True, scope="module")
 def _release_compiled_programs():
