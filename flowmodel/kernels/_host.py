@@ -39,14 +39,14 @@ _INF = np.inf
 
 
 
-def _njit(*args, **kw):
+def njit(*args, **kw):
     # numpy's error model: x / 0 is inf (the kernels test for it), without Python's zero-division checks
     return nb.njit(*args, cache=True, nogil=True, error_model="numpy", **kw)
 
 
 # ---- link -> flows (CSR) and the indexed min-heap of link shares --------------------------------
 
-@_njit
+@njit
 def _csr(r, L):
     F, H = r.shape
     ptr = np.zeros(L + 1, np.int64)
@@ -69,12 +69,12 @@ def _csr(r, L):
     return ptr, idx
 
 
-@_njit
+@njit
 def _less(key, a, b):
     return key[a] < key[b] or (key[a] == key[b] and a < b)  # ties: the lower link index first
 
 
-@_njit
+@njit
 def _sift_down(heap, pos, key, i, n):
     while True:
         c = 2 * i + 1
@@ -90,7 +90,7 @@ def _sift_down(heap, pos, key, i, n):
         i = c
 
 
-@_njit
+@njit
 def _heapify(heap, pos, key, n):
     for i in range(n):
         pos[heap[i]] = i
@@ -98,7 +98,7 @@ def _heapify(heap, pos, key, n):
         _sift_down(heap, pos, key, i, n)
 
 
-@_njit
+@njit
 def _share(cap, frz, W, cnt, link):
     if cnt[link] <= 0 or W[link] <= 0:
         return _INF
@@ -107,7 +107,7 @@ def _share(cap, frz, W, cnt, link):
 
 # ---- one water-filling ----------------------------------------------------------------------------
 
-@_njit
+@njit
 def _fill(r, ptr, idx, cap, w, lim, order, n_cap, free, n_free, W, cnt, frz, rates, pass_f, bneck, pass_l, share,
           wat, step_f, step_l, step0, seq, nseq, structure):
     """Freeze the ``n_free`` flows marked ``free``, by increasing share; numbers the steps from ``step0``.
@@ -205,7 +205,7 @@ def _fill(r, ptr, idx, cap, w, lim, order, n_cap, free, n_free, W, cnt, frz, rat
     return 0, nseq
 
 
-@_njit
+@njit
 def _empty(r, f):
     for h in range(r.shape[1]):
         if r[f, h] >= 0:
@@ -213,7 +213,7 @@ def _empty(r, f):
     return True
 
 
-@_njit
+@njit
 def _cap_order(w, lim):
     """The flows with a finite cap by increasing cap level (a stable order), and how many there are."""
     if not np.any(lim < _INF):
@@ -226,7 +226,7 @@ def _cap_order(w, lim):
     return order, n_cap
 
 
-@_njit
+@njit
 def _add_free(r, w, f, W, cnt):
     for h in range(r.shape[1]):
         link = r[f, h]
@@ -235,7 +235,7 @@ def _add_free(r, w, f, W, cnt):
             cnt[link] += 1
 
 
-@_njit
+@njit
 def _add_rate(r, f, rate, frz):
     for h in range(r.shape[1]):
         link = r[f, h]
@@ -243,8 +243,8 @@ def _add_rate(r, f, rate, frz):
             frz[link] += rate
 
 
-@_njit
-def _solve(r, ptr, idx, cap, w, lim, present):
+@njit
+def solve_csr(r, ptr, idx, cap, w, lim, present):
     """Rates and structure of the ``present`` flows (the others get rate 0, pass -1, bottleneck L)."""
     F = r.shape[0]
     L = cap.shape[0]
@@ -280,7 +280,7 @@ def _solve(r, ptr, idx, cap, w, lim, present):
 _EXACT_EVERY = 32
 
 
-@_njit
+@njit
 def _simulate(r, ptr, idx, sizes, cap, w, lim, arrival, tie):
     """Fluid finish times and the recorded events (the arrays of ``fluid.Events``); see module docstring."""
     F = r.shape[0]
@@ -435,7 +435,7 @@ def _rows(a, nd, batch, dtype):
     return np.ascontiguousarray(np.broadcast_to(a, batch + base).reshape((math.prod(batch),) + base))
 
 
-def _batched(kernel, routes, values, ndims, L, extra=()):
+def batched(kernel, routes, values, ndims, L, extra=()):
     """Run ``kernel`` (one scenario) over the batch of ``values``, the scenarios spread over the host's
     cores (the kernels release the GIL); routes shared by the batch are indexed once. Outputs get the
     batch shape."""
@@ -463,14 +463,14 @@ def _batched(kernel, routes, values, ndims, L, extra=()):
 def solve(routes, capacity, weights, rate_limit, present):
     """Max-min rates and structure, batched over any leading dimensions of the arguments: (rates,
     pass_of_flow, bottleneck, pass_of_link, share, weight_at, num_passes, unfrozen)."""
-    return _batched(_solve, routes, (capacity, weights, rate_limit, present), (1, 1, 1, 1),
+    return batched(solve_csr, routes, (capacity, weights, rate_limit, present), (1, 1, 1, 1),
                     np.shape(capacity)[-1])
 
 
 def simulate(routes, sizes, capacity, weights, rate_limit, arrival, tie):
     """The fluid event loop, batched over leading dimensions: (finish, time, cause, completes, first,
     last, count, unfrozen, not completed)."""
-    return _batched(_simulate, routes, (sizes, capacity, weights, rate_limit, arrival),
+    return batched(_simulate, routes, (sizes, capacity, weights, rate_limit, arrival),
                     (1, 1, 1, 1, 1), np.shape(capacity)[-1], (tie,))
 
 

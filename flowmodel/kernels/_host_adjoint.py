@@ -4,7 +4,7 @@ The XLA adjoint (``fluid._finish_bwd``) replays each interval with a full solve 
 of ``_adjoint`` as a JAX loop over passes: on a CPU, a few dozen dependent XLA ops per pass and a
 callback per interval, so a 700-flow tree all-reduce with ~1,000 events cost 200x its forward event
 loop. Here the same recursion runs in one Numba kernel: per interval the host solve
-(``_host._solve``) and the replay's adjoint over flows and links grouped by pass, O(F x H + L) each.
+(``_host.solve_csr``) and the replay's adjoint over flows and links grouped by pass, O(F x H + L) each.
 The arithmetic is that of ``_adjoint.adjoint`` (without its window) and of ``fluid._finish_bwd``;
 tests hold the two engines' gradients together and against finite differences.
 """
@@ -15,10 +15,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._host import _batched, _njit, _solve
+from ._host import batched, njit, solve_csr
 
 
-@_njit
+@njit
 def _by_pass(key, n_pass):
     """Indices grouped by ``key`` (pass; negative: none): (order, start) with group p at
     ``order[start[p]:start[p + 1]]``."""
@@ -37,7 +37,7 @@ def _by_pass(key, n_pass):
     return order, start
 
 
-@_njit
+@njit
 def _maxmin_adjoint(r, w, rates, pass_f, bneck, pass_l, share, wat, n_pass, g, cap_bar, w_bar, lim_bar):
     """Add the max-min VJP of cotangent ``g`` to (cap_bar, w_bar, lim_bar): the replay
     s_b = (c_b - sum of earlier flows on b) / W_b, x_f = w_f s_{b_f} (or its cap), backwards by pass."""
@@ -83,7 +83,7 @@ def _maxmin_adjoint(r, w, rates, pass_f, bneck, pass_l, share, wat, n_pass, g, c
         w_bar[f] += xbar[f] * share[bneck[f]] - rates[f] / w[f] * own
 
 
-@_njit
+@njit
 def _fluid_adjoint(r, ptr, idx, cap, w, lim, time, cause, completes, first, last, count, finish_bar):
     """(size_bar, cap_bar, w_bar, lim_bar, t_bar) of the fluid event recursion (``fluid._finish_bwd``)."""
     F = r.shape[0]
@@ -102,7 +102,7 @@ def _fluid_adjoint(r, ptr, idx, cap, w, lim, time, cause, completes, first, last
     for k in range(int(count) - 2, -1, -1):
         for f in range(F):
             active[f] = 0 <= first[f] <= k < last[f]
-        rates, pass_f, bneck, pass_l, share, wat, n_pass, _ = _solve(r, ptr, idx, cap, w, lim, active)
+        rates, pass_f, bneck, pass_l, share, wat, n_pass, _ = solve_csr(r, ptr, idx, cap, w, lim, active)
         dt = time[k + 1] - time[k]
         carry = 0.0  # flows that continue past event k+1 read t_{k+1} through x_d^k (t_{k+1} - t_k)
         for f in range(F):
@@ -135,8 +135,8 @@ def fluid_adjoint(routes, capacity, weights, rate_limit, events, finish_bar):
               jax.ShapeDtypeStruct((E,), dtype))
 
     def call(r, c, w, lim, time, cause, completes, first, last, count, g):
-        # _batched passes every value as float64 (bool stays bool); the event indices are exact in it
-        out = _batched(_fluid_adjoint, r, (c, w, lim, time, cause, completes, first, last, count, g),
+        # batched passes every value as float64 (bool stays bool); the event indices are exact in it
+        out = batched(_fluid_adjoint, r, (c, w, lim, time, cause, completes, first, last, count, g),
                        (1, 1, 1, 1, 1, 1, 1, 1, 0, 1), L)
         return tuple(np.asarray(o, s.dtype) for o, s in zip(out, shapes))
 
