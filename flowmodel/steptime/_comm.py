@@ -22,8 +22,10 @@ import numpy as np
 from .._checks import is_traced
 from ..fabric import FabricInfo, Tier
 from ..kernels import (
+    Incidence,
     Transport,
     completion_times,
+    incidence,
     link_bytes,
     queueing_delay,
     route_latency,
@@ -181,10 +183,12 @@ def domain_of(info: FabricInfo, routes: np.ndarray) -> str:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class RoutedPhase:
-    """A phase with its flows routed: sub-flows, their bytes, and the domain they cross.
+    """A phase with its flows routed: sub-flows, their bytes, the domain they cross, and the flows of
+    each link (the :class:`~flowmodel.Incidence` of its routes, prepared once from the NumPy routes:
+    inside a trace the routes are traced, and without it the xla engine would take the dense solve).
 
     With the ``wcmp`` policy it keeps its candidate paths, and ``with_logits`` re-splits the flows
-    (differentiably) for new per-candidate logits.
+    (differentiably) for new per-candidate logits; the routes, hence the incidence, stay the same.
     """
 
     phase: Phase
@@ -192,6 +196,7 @@ class RoutedPhase:
     sizes: np.ndarray
     domain: str
     candidates: Candidates | None = None
+    incidence: Incidence | None = None  # None for an empty phase
 
     @property
     def steps(self) -> int:
@@ -215,9 +220,10 @@ def route_phase(phase: Phase, router: Router, policy: str = "ecmp", *, seed: int
     if policy == "wcmp":
         cands = router.candidates(phase.src, phase.dst)
         sub = wcmp(cands, jnp.zeros(cands.links.shape[0]) if logits is None else logits)
-        return RoutedPhase(phase, sub, phase.bytes, domain_of(router.info, sub.routes), cands)
-    sub = route(router, phase.src, phase.dst, policy, seed=seed, qps=qps, logits=logits)
-    return RoutedPhase(phase, sub, phase.bytes, domain_of(router.info, sub.routes))
+    else:
+        sub, cands = route(router, phase.src, phase.dst, policy, seed=seed, qps=qps, logits=logits), None
+    return RoutedPhase(phase, sub, phase.bytes, domain_of(router.info, sub.routes), cands,
+                       incidence(sub.routes, router.info.num_links))
 
 
 def background_load(router: Router, src, dst, rate, *, policy: str = "ecmp", seed: int = 0, qps: int = 4,
@@ -269,7 +275,8 @@ def phase_time(rp: RoutedPhase, capacity, latency, options: Options = EXACT, *, 
     if delay is not None:
         starts = delay if starts is None else starts + delay
     if not options.smooth:
-        finish = completion_times(sub.routes, sizes, cap, weights=weights, rate_limit=limit, start_times=starts)
+        finish = completion_times(sub.routes, sizes, cap, weights=weights, rate_limit=limit, start_times=starts,
+                                  incidence=rp.incidence)
         bandwidth = jnp.max(sub.flow_finish(finish))
     else:
         rates = smooth_maxmin_rates(sub.routes, cap, weights=weights, rate_limit=limit,
@@ -290,6 +297,6 @@ def phase_finish(rp: RoutedPhase, capacity, latency, start_times, options: Optio
     cap, weights, limit, delay = _transported(options, sub, sizes, capacity, latency, sub.weights(),
                                               _rate_limit(sub, latency, congestion))
     finish = completion_times(sub.routes, sizes, cap, weights=weights, rate_limit=limit,
-                              start_times=starts if delay is None else starts + delay)
+                              start_times=starts if delay is None else starts + delay, incidence=rp.incidence)
     hop = _hop_latency(sub, sizes, capacity, latency, jnp.max(finish) - jnp.min(starts), congestion)
     return sub.flow_finish(finish) + rp.steps * (hop + options.step_latency)
