@@ -7,6 +7,7 @@ Public kernels (``flowmodel.kernels``; units are SI: bytes, seconds, bytes/s):
   completion_times      fluid finish times: flows start, share max-min rates, re-share on every event
   incidence, Incidence  the flows of each link, prepared once from routes and passed to the kernels
                         (also into your own jit/vmap) so that they keep the sparse solve
+  Engine                which kernels a solve runs on: AUTO (default), HOST (compiled CPU), XLA (device)
   window_limited_rate, queueing_delay, scheduled_bound, soft_max, route_latency, rtt_weights, link_bytes
                         congestion and latency models (kernels/congestion.py)
   Transport, transport_profile   transport profiles for completion_times (fitted against ns-3)
@@ -35,6 +36,7 @@ from . import steptime as steptime
 from . import sweep as sweep
 from . import trace as trace
 from . import traffic as traffic
+from .kernels import Engine as Engine
 from .kernels import Events as Events
 from .kernels import Incidence as Incidence
 from .kernels import MaxMinStructure as MaxMinStructure

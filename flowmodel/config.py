@@ -333,6 +333,7 @@ OPTIONS = Section({  # YAML `model` -> Options; window and the queue shape -> Op
                            "fleet_tol"),
     "fleet_iterations": Key("int", "the most sweeps coupling jobs that share links (jobs that share none: none)"),
     "transport": Key("str", "transport profile fitted against ns-3: tcp (NewReno), newreno, cubic, dctcp"),
+    "engine": Key("str", "kernels of the exact model: auto (host on a CPU backend, else xla), host, xla", "auto"),
 }, target=Options, convert=_options)
 RENAMED = {"model.alpha": "model.step_latency"}  # old key -> new key: a clear error, never ignored
 KNOB = Section({

@@ -55,7 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .fabric import Network, Tier
-from .kernels import completion_times, link_bytes
+from .kernels import completion_times, incidence, link_bytes
 from .resilience import Failure, carry_groups, failed
 from .scenario import Model, ScenarioWarning
 from .steptime import (
@@ -178,8 +178,14 @@ def checkpoint_times(job: JobReliability, model: Model, network: Network | None 
     storage = jnp.broadcast_to(jnp.asarray(bandwidth, free.dtype), (2 * S,))
     sizes = jnp.full(job.storage.write.shape[0], job.storage.shard, free.dtype)
     shared = free if busy is None else jnp.maximum(free - busy, 0.01 * free)  # a link the job fills still drains
-    return (jnp.max(completion_times(job.storage.write, sizes, jnp.concatenate([shared, storage]))),
-            jnp.max(completion_times(job.storage.read, sizes, jnp.concatenate([free, storage]))))
+    engine = model.options.engine
+
+    def makespan(routes, capacity):  # the xla engine keeps the sparse solve with the routes' incidence
+        inc = None if engine.on_host else incidence(routes, capacity.shape[0])
+        return jnp.max(completion_times(routes, sizes, capacity, incidence=inc, engine=engine))
+
+    return makespan(job.storage.write, jnp.concatenate([shared, storage])), makespan(job.storage.read,
+                                                                                     jnp.concatenate([free, storage]))
 
 
 def _heaviest(elements: dict, load: np.ndarray) -> str:

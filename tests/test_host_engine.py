@@ -8,7 +8,8 @@ import pytest
 from conftest import random_instance
 
 import flowmodel as fm
-from flowmodel.kernels import _host, event_count
+from flowmodel.kernels import Engine, event_count
+from flowmodel.kernels._engine import engine_for
 from flowmodel.peers import fattree
 from flowmodel.reference import completion_times as fluid_oracle
 from flowmodel.reference import maxmin_rates as oracle
@@ -25,11 +26,11 @@ def fat_tree_instance(seed, k=4, F=200, caps=0.2):
 
 
 def test_engine_names():
-    assert _host.engine_for("host") == "host" and _host.engine_for("xla") == "xla"
-    assert _host.engine_for(None) == _host.engine_for("auto") == ("host" if jax.default_backend() == "cpu" else "xla")
-    with pytest.raises(ValueError, match="engine must be one of 'auto', 'host', 'xla', got 'gpu'"):
+    assert engine_for("host") is Engine.HOST and engine_for(Engine.XLA) is Engine.XLA
+    assert engine_for(None) is engine_for("auto") is (Engine.HOST if jax.default_backend() == "cpu" else Engine.XLA)
+    with pytest.raises(ValueError, match="engine: must be one of 'auto', 'host', 'xla', got 'gpu'"):
         fm.maxmin_rates([[0]], [1.0], engine="gpu")
-    with pytest.raises(ValueError, match="engine must be one of"):
+    with pytest.raises(ValueError, match="engine: must be one of"):
         fm.completion_times([[0]], [1.0], [1.0], engine="numba")
 
 

@@ -7,11 +7,13 @@ but ``flowmodel._checks`` and ``flowmodel._types``); the host engine runs compil
   congestion.py   latency, window, queueing and bound models
   _transport.py   Transport profiles (goodput, start delay, RTT sharing, window) fitted against ns-3
   _incidence.py   Incidence / incidence (the flows of each link, prepared once), padding, per-link sums, checks
+  _engine.py      Engine: which kernels a solve runs on (auto / host / xla), a static, hashable choice
   _host.py        the compiled CPU engine (Numba): max-min and the fluid event loop, via pure_callback
   _waterfill.py   MaxMinStructure, the dense solve, the sparse passes, resumable fill state and snapshots
   _adjoint.py     the max-min VJP (replay of the passes)
 """
 
+from ._engine import Engine as Engine
 from ._incidence import Incidence as Incidence
 from ._incidence import incidence as incidence
 from ._transport import PROFILES as PROFILES

@@ -476,23 +476,9 @@ def simulate(routes, sizes, capacity, weights, rate_limit, arrival, tie):
 
 # ---- JAX entry points ---------------------------------------------------------------------------------
 
-ENGINES = ("auto", "host", "xla")
 # Flows the adjoint reads per step when it replays a host solve (a pass with more takes several steps;
 # the host solve's first passes hold many flows, so the XLA solve's slot bound does not apply).
 HOST_WINDOW = 256
-
-
-def engine_for(engine: str | None) -> str:
-    """The engine a call runs: ``"host"`` (these compiled CPU kernels) or ``"xla"`` (the JAX kernels).
-
-    ``None`` / ``"auto"``: host when JAX's default backend is the CPU, else xla (on an accelerator the
-    XLA kernels run on the device; a host callback would copy every solve's inputs off it).
-    """
-    if engine is None or engine == "auto":
-        return "host" if jax.default_backend() == "cpu" else "xla"
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {engine!r}")
-    return engine
 
 
 def host_solve(routes, capacity, weights, rate_limit, present=None):

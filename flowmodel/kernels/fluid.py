@@ -36,7 +36,8 @@ import numpy as np
 from .. import _checks
 from .._types import Array, Float, Int
 from ._adjoint import adjoint
-from ._host import engine_for, host_simulate, host_solve
+from ._engine import Engine, engine_for
+from ._host import host_simulate, host_solve
 from ._host_adjoint import fluid_adjoint
 from ._incidence import Incidence, link_sums, members_for, pad_routes, prepare
 from ._transport import Transport, transport_inputs, transport_profile
@@ -86,7 +87,7 @@ class Events(NamedTuple):
 
 def _rates(routes, members, capacity, weights, rate_limit, present, has_caps, engine):
     """Max-min rates of the ``present`` flows, solved in full (the backward pass replays each interval)."""
-    if engine == "host":
+    if engine is Engine.HOST:
         return host_solve(routes, capacity, weights, rate_limit, present)
     if members is None:  # traced routes without an incidence: the dense solve
         return solve_dense(routes, capacity, weights, rate_limit, present)
@@ -159,7 +160,7 @@ def _simulate(routes, members, sizes, capacity, weights, rate_limit, start_times
     max_events = 2 * F + 1  # every event activates or completes at least one flow
     lat = jnp.concatenate([latency, jnp.zeros((1,), dtype)])
     arrival = start_times + jnp.sum(lat[pad_routes(routes, L)], axis=1)
-    if engine == "host":
+    if engine is Engine.HOST:
         finish, *ev, undone = host_simulate(routes, sizes, capacity, weights, rate_limit, arrival, _TIE)
         finish = eqx.error_if(finish, undone > 0, EVENT_BOUND)
         return finish, Events(*ev)
@@ -247,7 +248,7 @@ def _finish_bwd(has_caps, engine, res, finish_bar):
     L = capacity.shape[0]
     dtype = capacity.dtype
     E = ev.time.shape[0]
-    if engine == "host":  # the whole recursion in one compiled kernel (kernels/_host_adjoint.py)
+    if engine is Engine.HOST:  # the whole recursion in one compiled kernel (kernels/_host_adjoint.py)
         size_bar, cap_bar, w_bar, lim_bar, t_bar = fluid_adjoint(routes, capacity, weights, rate_limit, ev,
                                                                  finish_bar)
         return (None, None, size_bar, cap_bar, w_bar, lim_bar, *_arrival_adjoint(routes, L, F, E, ev, t_bar))
@@ -321,9 +322,9 @@ def _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, la
                                                                 rate_limit)
         start_times = start_times + delay
     members = None
-    if engine == "xla" or incidence is not None:  # the host engine reads the routes (see maxmin_rates)
+    if engine is Engine.XLA or incidence is not None:  # the host engine reads the routes (see maxmin_rates)
         members = members_for(routes, L, incidence, check)
-    members = members if engine == "xla" else None
+    members = None if engine is Engine.HOST else members
     return routes, members, sizes, capacity, weights, rate_limit, start_times, latency, has_caps, engine
 
 
@@ -339,7 +340,7 @@ def completion_times(
     incidence: Incidence | None = None,
     check: bool = True,
     transport: str | Transport | None = None,
-    engine: str | None = None,
+    engine: Engine | str | None = None,
 ) -> Float[Array, "F"]:
     """Absolute time at which each flow's last byte is sent, under fluid max-min sharing.
 
@@ -356,9 +357,10 @@ def completion_times(
       transport: None (pure fluid), a profile name (``"tcp"``/``"newreno"``, ``"cubic"``, ``"dctcp"``:
         fitted against ns-3) or a ``Transport``: header goodput on capacity, a start delay (handshake,
         slow start, queueing), RTT-dependent weights and a window cap (``kernels/_transport.py``).
-      engine: ``"host"`` (the compiled CPU event loop, through a callback; batched under ``vmap``),
-        ``"xla"`` (the JAX event loop, for accelerators) or None / ``"auto"`` (host on a CPU backend,
-        else xla), as in ``maxmin_rates``. Both give the same events, finish times and gradients.
+      engine: an :class:`Engine` or its name: ``"host"`` (the compiled CPU event loop, through a
+        callback; batched under ``vmap``), ``"xla"`` (the JAX event loop, for accelerators) or None /
+        ``"auto"`` (host on a CPU backend, else xla), as in ``maxmin_rates``. Both give the same
+        events, finish times and gradients.
 
     Returns:
       float[F] finish times in seconds.
@@ -384,7 +386,8 @@ def completion_times(
 
 def completion_events(routes, sizes, capacity, *, weights=None, rate_limit=None, start_times=None,
                       latency=None, incidence: Incidence | None = None, check: bool = True,
-                      transport: str | Transport | None = None, engine: str | None = None) -> tuple[Array, Events]:
+                      transport: str | Transport | None = None,
+                      engine: Engine | str | None = None) -> tuple[Array, Events]:
     """``completion_times`` plus the :class:`Events` it simulated (how many, when, and why)."""
     args = _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, latency, incidence, check,
                           transport, engine)

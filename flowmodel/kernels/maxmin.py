@@ -15,7 +15,8 @@ import jax
 
 from .._types import Array, Float, Int
 from ._adjoint import adjoint
-from ._host import HOST_WINDOW, engine_for, host_solve
+from ._engine import Engine, engine_for
+from ._host import HOST_WINDOW, host_solve
 from ._incidence import Incidence, members_for, prepare
 from ._waterfill import MaxMinStructure, pass_window, solve_dense, solve_sparse
 
@@ -23,7 +24,7 @@ _CANDIDATES = 64  # links examined per pass by the sparse solve; any value >= 1 
 
 
 def _forward(routes, members, capacity, weights, rate_limit, candidates, has_caps, engine):
-    if engine == "host":
+    if engine is Engine.HOST:
         return host_solve(routes, capacity, weights, rate_limit)
     if members is None:
         return solve_dense(routes, capacity, weights, rate_limit)
@@ -31,18 +32,18 @@ def _forward(routes, members, capacity, weights, rate_limit, candidates, has_cap
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
-def _maxmin(routes, members, capacity, weights, rate_limit, candidates, has_caps, engine="xla"):
+def _maxmin(routes, members, capacity, weights, rate_limit, candidates, has_caps, engine=Engine.XLA):
     return _forward(routes, members, capacity, weights, rate_limit, candidates, has_caps, engine)[0]
 
 
-def _maxmin_fwd(routes, members, capacity, weights, rate_limit, candidates, has_caps, engine="xla"):
+def _maxmin_fwd(routes, members, capacity, weights, rate_limit, candidates, has_caps, engine=Engine.XLA):
     rates, st = _forward(routes, members, capacity, weights, rate_limit, candidates, has_caps, engine)
     return rates, (routes, members, weights, rates, st)
 
 
 def _maxmin_bwd(candidates, has_caps, engine, res, g):
     routes, members, weights, rates, st = res
-    if engine == "host":
+    if engine is Engine.HOST:
         window = min(routes.shape[0], HOST_WINDOW)
     else:
         window = pass_window(routes.shape[0], st.share.shape[0] - 1, members, candidates)
@@ -54,12 +55,12 @@ _maxmin.defvjp(_maxmin_fwd, _maxmin_bwd)
 
 
 @functools.partial(jax.jit, static_argnames=("candidates", "has_caps", "engine"))
-def _rates_jit(routes, members, capacity, weights, rate_limit, candidates, has_caps, engine="xla"):
+def _rates_jit(routes, members, capacity, weights, rate_limit, candidates, has_caps, engine=Engine.XLA):
     return _maxmin(routes, members, capacity, weights, rate_limit, candidates, has_caps, engine)
 
 
 @functools.partial(jax.jit, static_argnames=("candidates", "has_caps", "engine"))
-def _structure_jit(routes, members, capacity, weights, rate_limit, candidates, has_caps, engine="xla"):
+def _structure_jit(routes, members, capacity, weights, rate_limit, candidates, has_caps, engine=Engine.XLA):
     return _forward(routes, members, capacity, weights, rate_limit, candidates, has_caps, engine)
 
 
@@ -71,9 +72,9 @@ def solve_inputs(routes, capacity, weights, rate_limit, incidence, check, engine
     engine = engine_for(engine)
     routes, capacity, weights, rate_limit = prepare(routes, capacity, weights, rate_limit, check)
     members = None
-    if engine == "xla" or incidence is not None:
+    if engine is Engine.XLA or incidence is not None:
         members = members_for(routes, capacity.shape[0], incidence, check)
-    return routes, members if engine == "xla" else None, capacity, weights, rate_limit, engine
+    return routes, None if engine is Engine.HOST else members, capacity, weights, rate_limit, engine
 
 
 def maxmin_rates(
@@ -84,7 +85,7 @@ def maxmin_rates(
     rate_limit: Float[Array, "F"] | None = None,
     incidence: Incidence | None = None,
     check: bool = True,
-    engine: str | None = None,
+    engine: Engine | str | None = None,
 ) -> Float[Array, "F"]:
     """Exact weighted max-min fair rates with per-flow caps.
 
@@ -103,10 +104,11 @@ def maxmin_rates(
       check: validate concrete inputs and raise ``ValueError`` naming the argument and the bad
         index/value (with ``incidence``, also that its per-link flow counts match the routes). Shapes
         are always checked; values only outside a trace.
-      engine: ``"host"`` (compiled CPU solve through a callback: under ``jit`` and ``vmap`` too, where
-        one callback solves the whole batch on the host's cores; it needs no ``incidence``), ``"xla"``
-        (the JAX water-filling, for accelerators) or None / ``"auto"``: host when JAX's default backend
-        is the CPU, else xla. Both give the same rates and gradients.
+      engine: an :class:`Engine` or its name. ``"host"``: the compiled CPU solve through a callback
+        (under ``jit`` and ``vmap`` too, where one callback solves the whole batch on the host's cores;
+        it needs no ``incidence``). ``"xla"``: the JAX water-filling, for accelerators. None /
+        ``"auto"``: host when JAX's default backend is the CPU, else xla. Both give the same rates and
+        gradients.
 
     Returns:
       float[F] rates in bytes/s, in capacity's dtype. A flow with an empty route gets its rate_limit.
@@ -140,7 +142,7 @@ def maxmin_rates(
 
 
 def maxmin_structure(routes, capacity, *, weights=None, rate_limit=None, incidence: Incidence | None = None,
-                     check: bool = True, engine: str | None = None) -> tuple[Array, MaxMinStructure]:
+                     check: bool = True, engine: Engine | str | None = None) -> tuple[Array, MaxMinStructure]:
     """Rates and the :class:`MaxMinStructure` the solve found (bottlenecks, passes, shares).
 
     Arguments as in :func:`maxmin_rates`. The structure is that of the engine that ran: the host

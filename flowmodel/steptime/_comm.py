@@ -8,12 +8,14 @@ its latency term ``steps x (longest route latency + step_latency)``, where ``ste
 per-step software latency (a calibration parameter: NCCL's per-message overhead). :class:`Congestion`
 switches on a transport window (rates capped at window / RTT) and queueing delay in the latency term.
 :class:`Options` carries every choice of the model (exact or smooth rates, per-step latency,
-congestion, transport profile) as one frozen, hashable value: the key of every compiled program.
+congestion, transport profile, engine) as one frozen, hashable value: the key of every compiled
+program.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -22,6 +24,7 @@ import numpy as np
 from .._checks import is_traced
 from ..fabric import FabricInfo, Tier
 from ..kernels import (
+    Engine,
     Incidence,
     Transport,
     completion_times,
@@ -92,6 +95,9 @@ class Options:
         whether ``fleet_tol`` was reached).
       transport: a transport profile (``"tcp"``, ``"cubic"``, ``"dctcp"`` or a ``Transport``; a name is
         turned into its profile) applied to every phase's flows; None: pure fluid.
+      engine: the kernels every exact phase runs on (an ``Engine``; a name, ``"auto"``, ``"host"`` or
+        ``"xla"``, is turned into one). ``AUTO``: host on a CPU backend, else xla. Routed phases carry
+        their incidence, so xla keeps the sparse solve inside every compiled program.
     """
 
     rates: str = "exact"
@@ -101,12 +107,14 @@ class Options:
     fleet_tol: float = 1e-6
     fleet_iterations: int = 50
     transport: Transport | None = None
+    engine: Engine = Engine.AUTO
 
     def __post_init__(self):
         try:
             object.__setattr__(self, "transport", transport_profile(self.transport))
         except ValueError as e:
             raise ValueError(f"options.{e}") from None
+        object.__setattr__(self, "engine", Engine.of(self.engine, "options.engine"))
         if self.rates not in RATES:
             raise ValueError(f"options.rates: must be one of {', '.join(RATES)}, got {self.rates!r}")
         if not (isinstance(self.sharpness, (int, float)) and np.isfinite(self.sharpness) and self.sharpness > 0):
@@ -183,9 +191,12 @@ def domain_of(info: FabricInfo, routes: np.ndarray) -> str:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class RoutedPhase:
-    """A phase with its flows routed: sub-flows, their bytes, the domain they cross, and the flows of
-    each link (the :class:`~flowmodel.Incidence` of its routes, prepared once from the NumPy routes:
-    inside a trace the routes are traced, and without it the xla engine would take the dense solve).
+    """A phase with its flows routed: sub-flows, their bytes and the domain they cross.
+
+    ``incidence`` is the :class:`~flowmodel.Incidence` of its routes (the flows of each link), built
+    from the NumPy routes on first use and kept: inside a compiled program the routes are traced, and
+    without it the xla engine would take the dense solve. Only the xla engine reads it; the host
+    engine reads the routes, so a CPU run never pays for the table (int32[L+1, largest degree]).
 
     With the ``wcmp`` policy it keeps its candidate paths, and ``with_logits`` re-splits the flows
     (differentiably) for new per-candidate logits; the routes, hence the incidence, stay the same.
@@ -196,7 +207,14 @@ class RoutedPhase:
     sizes: np.ndarray
     domain: str
     candidates: Candidates | None = None
-    incidence: Incidence | None = None  # None for an empty phase
+    num_links: int = 0  # of the fabric the routes index
+
+    @functools.cached_property
+    def incidence(self) -> Incidence | None:
+        if self.sub is None:
+            return None
+        with jax.ensure_compile_time_eval():  # first use may be inside a trace: keep the table concrete
+            return incidence(self.sub.routes, self.num_links)
 
     @property
     def steps(self) -> int:
@@ -209,7 +227,16 @@ class RoutedPhase:
     def with_logits(self, logits) -> RoutedPhase:
         if self.candidates is None:
             raise ValueError("logits: only a phase routed with the 'wcmp' policy takes split logits")
-        return dataclasses.replace(self, sub=wcmp(self.candidates, logits))
+        split = dataclasses.replace(self, sub=wcmp(self.candidates, logits))
+        if "incidence" in self.__dict__:  # same routes: keep the table already built
+            split.__dict__["incidence"] = self.__dict__["incidence"]
+        return split
+
+
+def _incidence_for(rp: RoutedPhase, options: Options) -> Incidence | None:
+    """What the exact kernels need to keep the sparse solve: the phase's incidence for xla, nothing
+    for the host engine (it reads the routes)."""
+    return None if options.engine.on_host else rp.incidence
 
 
 def route_phase(phase: Phase, router: Router, policy: str = "ecmp", *, seed: int = 0, qps: int = 4,
@@ -222,8 +249,7 @@ def route_phase(phase: Phase, router: Router, policy: str = "ecmp", *, seed: int
         sub = wcmp(cands, jnp.zeros(cands.links.shape[0]) if logits is None else logits)
     else:
         sub, cands = route(router, phase.src, phase.dst, policy, seed=seed, qps=qps, logits=logits), None
-    return RoutedPhase(phase, sub, phase.bytes, domain_of(router.info, sub.routes), cands,
-                       incidence(sub.routes, router.info.num_links))
+    return RoutedPhase(phase, sub, phase.bytes, domain_of(router.info, sub.routes), cands, router.info.num_links)
 
 
 def background_load(router: Router, src, dst, rate, *, policy: str = "ecmp", seed: int = 0, qps: int = 4,
@@ -276,7 +302,7 @@ def phase_time(rp: RoutedPhase, capacity, latency, options: Options = EXACT, *, 
         starts = delay if starts is None else starts + delay
     if not options.smooth:
         finish = completion_times(sub.routes, sizes, cap, weights=weights, rate_limit=limit, start_times=starts,
-                                  incidence=rp.incidence)
+                                  incidence=_incidence_for(rp, options), engine=options.engine)
         bandwidth = jnp.max(sub.flow_finish(finish))
     else:
         rates = smooth_maxmin_rates(sub.routes, cap, weights=weights, rate_limit=limit,
@@ -297,6 +323,7 @@ def phase_finish(rp: RoutedPhase, capacity, latency, start_times, options: Optio
     cap, weights, limit, delay = _transported(options, sub, sizes, capacity, latency, sub.weights(),
                                               _rate_limit(sub, latency, congestion))
     finish = completion_times(sub.routes, sizes, cap, weights=weights, rate_limit=limit,
-                              start_times=starts if delay is None else starts + delay, incidence=rp.incidence)
+                              start_times=starts if delay is None else starts + delay,
+                              incidence=_incidence_for(rp, options), engine=options.engine)
     hop = _hop_latency(sub, sizes, capacity, latency, jnp.max(finish) - jnp.min(starts), congestion)
     return sub.flow_finish(finish) + rp.steps * (hop + options.step_latency)
