@@ -284,15 +284,25 @@ def cmd_failures(scenario, out: str, quiet: bool) -> dict:
 
     model = _prepare(_needs(scenario, "failures"), quiet)
     scenarios = resilience.failure_scenarios(model)
+    weight = scenario.failures.weight_of_healthy
     _say(quiet)(f"route and evaluate {len(scenarios)} failure scenarios")
     with tqdm(total=len(scenarios), desc="failures", disable=quiet, leave=False) as bar:
-        report = resilience.evaluate_failures(model, scenarios, progress=lambda name: bar.update(1))
+        report = resilience.evaluate_failures(model, scenarios, healthy_weight=weight,
+                                              progress=lambda name: bar.update(1))
     jobs = {name: {"healthy_step_time_s": report.healthy[name],
                    "step_time_s": dict(zip(report.scenarios, (float(t) for t in report.step_times[name]))),
                    "expected_step_time_s": report.expected[name], "p99_step_time_s": report.p99[name],
                    "worst": {"scenario": report.worst[name][0], "step_time_s": report.worst[name][1]},
                    "disconnected": report.disconnected[name]} for name in report.step_times}
-    result = {"scenario": scenario.name, "units": UNITS, "failures": report.scenarios, "jobs": jobs}
+    services = {name: {"healthy_kv_transfer_s": report.healthy_kv[name],
+                       "kv_transfer_s": dict(zip(report.scenarios, (float(t) for t in report.kv_transfer[name]))),
+                       "expected_kv_transfer_s": report.expected_kv[name],
+                       "disconnected": report.disconnected[name]} for name in report.kv_transfer}
+    result = {"scenario": scenario.name, "units": UNITS, "failures": report.scenarios,
+              "probability": {s.name: s.probability for s in scenarios}, "healthy_weight": weight,
+              "expected": "(healthy_weight x healthy + sum_i probability_i x t_i) / (healthy_weight + sum_i "
+                          "probability_i), over the failures that keep the job connected",
+              "sampled": scenario.failures.sample_count is not None, "jobs": jobs, "inference": services}
     plots.failure_bars(jobs, os.path.join(out, "failures.png"))
     write_json(os.path.join(out, "failures.json"), result)
     if not quiet:
@@ -300,6 +310,12 @@ def cmd_failures(scenario, out: str, quiet: bool) -> dict:
             print(f"\n{name}: healthy {job['healthy_step_time_s']:.4f} s, expected {job['expected_step_time_s']:.4f} s,"
                   f" p99 {job['p99_step_time_s']:.4f} s, worst {job['worst']['scenario']}; "
                   f"{len(job['disconnected'])} scenario(s) disconnect it")
+        for name, service in services.items():
+            times = [t for t in service["kv_transfer_s"].values() if np.isfinite(t)]
+            print(f"\n{name}: KV transfer healthy {service['healthy_kv_transfer_s'] * 1e3:.2f} ms, expected "
+                  f"{service['expected_kv_transfer_s'] * 1e3:.2f} ms"
+                  + (f", worst {max(times) * 1e3:.2f} ms" if times else "")
+                  + f"; {len(service['disconnected'])} scenario(s) disconnect it")
     return result
 
 

@@ -370,13 +370,25 @@ SWEEP = Section({
     "chunk": Key("int", "points per vmapped call (default: all at once)"),
     "batching": Key("str", "`auto` (time both ways on the first points, keep the faster), `vmap` or `loop`"),
 }, target=SweepGrid)
+SAMPLE = Section({
+    "count": Key("int", "draws, each of weight 1 / count; every element of failures.tiers and "
+                        "failures.switch_kinds fails independently (`resilience.sampled_failures`)",
+                 field="sample_count"),
+    "seed": Key("int", "seed of the draws", field="sample_seed"),
+    "probabilities": Key("probabilities", "tier or switch kind -> probability each of its elements fails "
+                                          "(default: failures.probability)", field="sample_probabilities"),
+}, target=FailureSet, part=True)
 FAILURES = Section({
     "tiers": Key("strs", "one failure per cable of these tiers (e.g. `[long_haul]`)"),
     "switch_kinds": Key("strs", "one failure per switch of these kinds (e.g. `[spine]`)"),
     "sites": Key("bool", "one failure per site (all its GPUs and links)"),
     "fraction": Key("float", "a failed cable keeps this fraction of its capacity (none: it is cut)"),
-    "probability": Key("float", "weight of each failure scenario"),
-    "healthy_weight": Key("float", "weight of the healthy fabric"),
+    "probability": Key("float", "weight p_i of each failure scenario; with `sample`, the probability that each "
+                                "element fails in a draw"),
+    "healthy_weight": Key("float", "weight w_h of the healthy fabric: expected = (w_h t_h + sum_i p_i t_i) / "
+                                   "(w_h + sum_i p_i) (default 1; with `sample`, 0: the draws in which nothing "
+                                   "fails are the healthy cases)"),
+    "sample": Key(SAMPLE, "instead of one failure per element, seeded draws of independent failures", {}, None),
 }, target=FailureSet)
 COMPONENT = Section({
     "rate_per_day": Key("float", "failures per component per day (e.g. 2.8e-4 per GPU-day, docs/sources.md)"),
@@ -481,6 +493,10 @@ def _scalar(kind: str, value, where: str):
         if not isinstance(value, dict) or not value:
             _fail(where, f"expected a mapping of link group -> list of values, got {value!r}")
         return {str(k): _scalar("knobs", v, f"{where}.{k}") for k, v in value.items()}
+    if kind == "probabilities":
+        if not isinstance(value, dict):
+            _fail(where, f"expected a mapping of tier or switch kind -> probability, got {value!r}")
+        return {str(k): _scalar("float", v, f"{where}.{k}") for k, v in value.items()}
     if kind == "prices":
         if not isinstance(value, dict):
             _fail(where, f"expected a mapping of tier -> price per Gbit/s, got {value!r}")
@@ -633,6 +649,7 @@ _KINDS = {"int": "integer", "float": "number", "bool": "true / false", "str": "s
           "ratios": "ratio or list of ratios", "ints": "list of integers", "strs": "list of strings",
           "knob": "ratio or bandwidth", "knobs": "list of ratios or bandwidths",
           "grid": "mapping: link group -> list of values", "prices": "mapping: tier -> number",
+          "probabilities": "mapping: tier or switch kind -> number",
           "model": "preset name or mapping (`model` below)"}
 
 

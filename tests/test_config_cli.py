@@ -287,9 +287,54 @@ def test_cli_failures_and_result_file_permissions(tmp_path):
     run = json.loads((tmp_path / "r" / "run.json").read_text())
     assert job["healthy_step_time_s"] == pytest.approx(run["step_time_s"], rel=1e-12)
     assert result["failures"] == ["b0/border-b1/border down"] and job["disconnected"] == result["failures"]
-    assert job["expected_step_time_s"] is None  # the only failure cuts the job in two: no finite expectation
+    # the only failure cuts the job in two: it is left out of the expectation (and listed), leaving the healthy case
+    assert job["expected_step_time_s"] == pytest.approx(job["healthy_step_time_s"], rel=1e-12)
     assert (tmp_path / "f" / "failures.json").stat().st_mode & 0o777 == 0o644
     assert (tmp_path / "f" / "failures.png").stat().st_mode & 0o777 == 0o644
     del data["failures"]
     path.write_text(yaml.safe_dump(data))
     assert cli.main(["failures", str(path), "--out", str(tmp_path / "g"), "--quiet"]) == 2
+
+
+@pytest.mark.slow
+def test_failures_weigh_probability_and_healthy_weight_as_documented(tmp_path):
+    """gw_regional_ring: expected = (w_h t_h + sum_i p_i t_i) / (w_h + sum_i p_i), hand-computed from the
+    per-scenario times the same run writes, and it moves with failures.probability."""
+    path = os.path.join(HERE, "..", "configs", "gw_regional_ring.yaml")
+    expected = {}
+    for p, w in ((0.5, 1.0), (0.0001, 1.0), (0.5, 3.0)):
+        out = tmp_path / f"{p}-{w}"
+        assert cli.main(["failures", path, "--out", str(out), "--quiet", "--set", f"failures.probability={p}",
+                         "--set", f"failures.healthy_weight={w}"]) == 0
+        job = json.loads((out / "failures.json").read_text())["jobs"]["dp-across-region"]
+        t = list(job["step_time_s"].values())
+        by_hand = (w * job["healthy_step_time_s"] + sum(p * x for x in t)) / (w + p * len(t))
+        assert job["expected_step_time_s"] == pytest.approx(by_hand, rel=1e-12)
+        expected[p, w] = job["expected_step_time_s"]
+    assert expected[0.5, 1.0] > expected[0.5, 3.0] > expected[0.0001, 1.0] * 1.01  # the cuts cost 10-29% each
+
+
+def test_cli_sampled_failures_and_inference_under_failure(tmp_path):
+    """failures.sample draws as resilience.sampled_failures does; each inference service's KV transfer
+    is reported under every draw; the draws carry the healthy cases (healthy_weight 0)."""
+    from flowmodel import resilience
+
+    data = _quickstart()
+    data["failures"] = {"tiers": ["long_haul"], "probability": 0.3, "sample": {"count": 6, "seed": 3}}
+    data["workloads"]["inference"] = [{"name": "serve", "model": dict(data["workloads"]["training"][0]["model"]),
+                                       "prefill": {"first_rank": 0}, "decode": {"first_rank": 8},
+                                       "requests_per_s": 5.0, "prompt_tokens": 1024}]
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert cli.main(["failures", str(path), "--out", str(tmp_path / "s"), "--quiet"]) == 0
+    result = json.loads((tmp_path / "s" / "failures.json").read_text())
+    sc = config.load(str(path))
+    draws = resilience.sampled_failures(scenario.prepare(sc).graph, {"long_haul": 0.3}, 6, seed=3)
+    assert result["failures"] == [d.name for d in draws] and result["healthy_weight"] == 0.0
+    kv = result["inference"]["serve"]
+    assert set(kv["kv_transfer_s"]) == set(result["failures"]) and kv["healthy_kv_transfer_s"] > 0
+    job = result["jobs"]["llm"]
+    ok = [t for t in job["step_time_s"].values() if t is not None]
+    assert job["expected_step_time_s"] == pytest.approx(sum(ok) / len(ok), rel=1e-12)  # equal weights 1 / count
+    with pytest.raises(config.ConfigError, match="failures.healthy_weight: not with failures.sample"):
+        config.parse({**data, "failures": {**data["failures"], "healthy_weight": 1.0}})
