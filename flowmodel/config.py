@@ -625,6 +625,12 @@ def override(data: Any, assignment: str) -> Any:
 
 def load(path: str, overrides: tuple[str, ...] | list[str] = ()) -> Scenario:
     """Read and check a scenario file, with ``overrides`` (``KEY.PATH=VALUE``, see ``override``)."""
+    return parse(read(path, overrides))
+
+
+def read(path: str, overrides: tuple[str, ...] | list[str] = ()) -> Any:
+    """A scenario file's YAML data with ``overrides`` applied, not yet checked: what ``load`` parses
+    (and what result files record as the resolved config)."""
     try:
         with open(path, encoding="utf-8") as fh:
             data = yaml.safe_load(fh)
@@ -640,7 +646,7 @@ def load(path: str, overrides: tuple[str, ...] | list[str] = ()) -> Scenario:
         raise ConfigError(f"{path}: the file is empty; a scenario needs at least 'fabric' and 'workloads'")
     for assignment in overrides:
         data = override(data, assignment)
-    return parse(data)
+    return data
 
 
 _KINDS = {"int": "integer", "float": "number", "bool": "true / false", "str": "string",

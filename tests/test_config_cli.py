@@ -338,3 +338,63 @@ def test_cli_sampled_failures_and_inference_under_failure(tmp_path):
     assert job["expected_step_time_s"] == pytest.approx(sum(ok) / len(ok), rel=1e-12)  # equal weights 1 / count
     with pytest.raises(config.ConfigError, match="failures.healthy_weight: not with failures.sample"):
         config.parse({**data, "failures": {**data["failures"], "healthy_weight": 1.0}})
+
+
+def test_result_files_record_their_provenance(tmp_path):
+    import jax
+
+    import flowmodel
+
+    out = tmp_path / "p"
+    assert cli.main(["run", QUICKSTART, "--out", str(out), "--quiet", "--set", "fabric.routing.seed=3",
+                     "--set", "workloads.training[0].global_batch=128"]) == 0
+    record = json.loads((out / "run.json").read_text())["provenance"]
+    assert record["flowmodel_version"] == flowmodel.__version__ and record["jax_version"] == jax.__version__
+    assert record["overrides"] == ["fabric.routing.seed=3", "workloads.training[0].global_batch=128"]
+    assert record["config"]["workloads"]["training"][0]["global_batch"] == 128  # resolved after --set
+    assert config.parse(record["config"]) == config.load(QUICKSTART, record["overrides"])  # it re-creates the run
+    assert record["seeds"]["fabric.routing.seed"] == 3
+    assert record["backend"] == jax.default_backend() and record["precision"] == "float64"
+    stages = record["stage_wall_time_s"]
+    assert {"read config", "build fabric", "compile and evaluate"} <= set(stages)
+    assert all(t >= 0 for t in stages.values()) and sum(stages.values()) <= record["wall_time_s"] * (1 + 1e-9)
+    assert sorted(os.listdir(out)) == ["run.json"]  # the lock is gone
+
+
+def test_a_second_command_on_the_same_out_is_refused_until_the_first_ends(tmp_path, capsys):
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "o"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from flowmodel.results import OutputLock; "
+                               f"OutputLock({str(out)!r}).acquire(); print('held', flush=True); time.sleep(120)"],
+                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        capsys.readouterr()
+        assert cli.main(["run", QUICKSTART, "--out", str(out), "--quiet"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"flowmodel: --out {out}: another flowmodel command (pid {holder.pid}) is writing there; "
+                       f"wait for it or choose another --out"]
+        assert not (out / "run.json").exists()
+    finally:
+        holder.send_signal(signal.SIGKILL)  # dies holding it: its lock file stays, the kernel's lock does not
+        holder.wait()
+    assert (out / ".flowmodel.lock").exists()
+    assert cli.main(["run", QUICKSTART, "--out", str(out), "--quiet"]) == 0  # a dead owner never blocks
+    assert sorted(os.listdir(out)) == ["run.json"]
+
+
+def test_ctrl_c_leaves_nothing_half_written(tmp_path, monkeypatch, capsys):
+    from flowmodel import results
+
+    def interrupted(src, dst):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(results.os, "replace", interrupted)  # Ctrl-C as the first result file lands
+    out = tmp_path / "new" / "o"
+    assert cli.main(["run", QUICKSTART, "--out", str(out), "--quiet"]) == 130
+    assert "flowmodel: interrupted" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()  # no temporary file, no lock, no folder it made
