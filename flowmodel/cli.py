@@ -34,7 +34,7 @@ import warnings
 
 import numpy as np
 
-UNITS = {"_s": "seconds", "_Bps": "bytes per second", "_bytes": "bytes",
+UNITS = {"_s": "seconds", "_Bps": "bytes per second", "_bytes": "bytes", "_ratio": "oversubscription, down : up",
          "efficiency": "bandwidth bound / time (1 = at the bound)", "cost": "the optimize section's cost units"}
 _COLLECTIVE_KEYS = {"seconds": "time_s", "bound_seconds": "bound_s", "efficiency": "efficiency", "bytes": "bytes",
                     "ranks": "ranks", "algbw": "algbw_Bps", "busbw": "busbw_Bps"}
@@ -45,7 +45,12 @@ class UsageError(ValueError):
 
 
 def _floats(d: dict) -> dict:
-    return {k: float(v) for k, v in d.items()}
+    """Floats of a breakdown or the like, residue (-0.0, 5.55e-17) against its largest part as 0."""
+    from ._units import tidy
+
+    values = {k: float(v) for k, v in d.items()}
+    scale = max((abs(v) for v in values.values() if np.isfinite(v)), default=0.0)
+    return {k: tidy(v, scale) if np.isfinite(v) else v for k, v in values.items()}
 
 
 def _table(breakdown: dict[str, float], title: str) -> None:
@@ -223,6 +228,7 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
     from tqdm import tqdm
 
     from . import optimize, plots
+    from ._units import show
     from .objectives import planning_objective
 
     model = _prepare(_needs(scenario, "optimize"), quiet, gradients=True)
@@ -287,7 +293,8 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
                                          for n, t in result["optimized_job_step_times_s"].items()))
         for name, p in res.parameters.items():
             base = result["baseline_parameters"][name]["value"]
-            print(f"  {name:<24} {base:>12.5g} -> {p['value']:>12.5g} {p['unit']}")
+            print(f"  {name:<24} {show(base, p['unit']):>12} -> {show(p['value'], p['unit']):>12}"
+                  + (" (ratio)" if p["unit"] == "ratio" else ""))
         check = done.check
         print(f"  optimality check: {'passed' if check.passed else 'FAILED'} (first order: {check.moves} exact "
               f"evaluations, best gain {max(check.best_gain, 0.0):.2%} per unit move"
@@ -324,8 +331,12 @@ def sweep_evaluation(model):
     return evaluate
 
 
+COLUMN_SUFFIX = {"bytes/s": "_Bps", "ratio": "_ratio"}  # sweep.csv / sweep.json columns of link groups
+
+
 def cmd_sweep(scenario, out: str, quiet: bool) -> dict:
     from . import plots, sweep
+    from ._units import show
 
     model = _prepare(_needs(scenario, "sweep"), quiet)
     axes = scenario.sweep.axes
@@ -338,12 +349,13 @@ def cmd_sweep(scenario, out: str, quiet: bool) -> dict:
     names = list(axes)
     units = {n: model.info.groups[n].unit for n in names}
     plots.sweep_lines(table, names, "step_time_s", os.path.join(out, "sweep.png"), units=units)
-    csv_path, json_path = sweep.write_table(table, out, meta={"scenario": scenario.name, "units": UNITS,
+    columns = {f"{n}{COLUMN_SUFFIX.get(units[n], '')}" if n in units else n: v for n, v in table.items()}
+    csv_path, json_path = sweep.write_table(columns, out, meta={"scenario": scenario.name, "units": UNITS,
                                                                 "parameter_units": units, "batching": how,
                                                                 "provenance": provenance()})
     if not quiet:
         best = int(np.argmin(table["step_time_s"]))
-        at = ", ".join(f"{n} = {table[n][best]:.5g}" for n in names)
+        at = ", ".join(f"{n} = {show(table[n][best], units[n])}" for n in names)
         print(f"{scenario.name}: {len(table['step_time_s'])} points; best step time "
               f"{table['step_time_s'][best]:.4f} s at {at}")
         if "vmap_s_per_point" in how:

@@ -457,7 +457,7 @@ def _fail(where: str, message: str):
 def _scalar(kind: str, value, where: str):
     if kind in _units.UNITS:
         try:
-            return _units.parse(value, kind, where)
+            return _units.parse(value, kind, where, unit=True)
         except ValueError as e:
             raise ConfigError(str(e)) from None
     if kind == "int":
@@ -688,7 +688,8 @@ def reference() -> str:
     lines = ["# Scenario file reference", "",
              "Generated from the section declarations in `flowmodel/config.py` (`flowmodel reference > "
              "docs/config.md`); a test keeps the two in step. Units are converted once, when the file is read; "
-             "unknown keys and units are errors that name the key. Model presets: "
+             "unknown keys and units are errors that name the key, and so is a bandwidth, time, length or size "
+             "without its unit (`400` for `400Gbps`; plain numbers are ratios and counts). Model presets: "
              + ", ".join(f"`{p}`" for p in MODEL_PRESETS) + ".", ""]
     sections = [("", SCENARIO)]
     seen = {}

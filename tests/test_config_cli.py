@@ -239,10 +239,13 @@ def test_cli_sweep(tmp_path):
     assert cli.main(["sweep", str(path), "--out", str(tmp_path / "s"), "--quiet"]) == 0
     table = json.loads((tmp_path / "s" / "sweep.json").read_text())
     assert table["parameter_units"] == {"long_haul/b0-b1": "bytes/s", "b0/spine_up": "ratio"}
-    rows = table["rows"]
-    assert len(rows) == 4 and {r["long_haul/b0-b1"] for r in rows} == {25e9, 200e9}
-    slow = [r["step_time_s"] for r in rows if r["long_haul/b0-b1"] == 25e9]
-    fast = [r["step_time_s"] for r in rows if r["long_haul/b0-b1"] == 200e9]
+    rows = table["rows"]  # every column ends in its unit
+    assert set(rows[0]) >= {"long_haul/b0-b1_Bps", "b0/spine_up_ratio", "step_time_s", "compute_s"}
+    assert all(k.endswith(tuple(cli.UNITS)) for k in rows[0])
+    assert (tmp_path / "s" / "sweep.csv").read_text().splitlines()[0].split(",") == list(rows[0])
+    assert len(rows) == 4 and {r["long_haul/b0-b1_Bps"] for r in rows} == {25e9, 200e9}
+    slow = [r["step_time_s"] for r in rows if r["long_haul/b0-b1_Bps"] == 25e9]
+    fast = [r["step_time_s"] for r in rows if r["long_haul/b0-b1_Bps"] == 200e9]
     assert min(slow) > max(fast)  # a thinner long-haul link never helps
     assert (tmp_path / "s" / "sweep.csv").exists() and (tmp_path / "s" / "sweep.png").exists()
     data["sweep"] = {"grid": {"b9/spine_up": [1, 2]}}
@@ -398,3 +401,42 @@ def test_ctrl_c_leaves_nothing_half_written(tmp_path, monkeypatch, capsys):
     assert cli.main(["run", QUICKSTART, "--out", str(out), "--quiet"]) == 130
     assert "flowmodel: interrupted" in capsys.readouterr().err
     assert not (tmp_path / "new").exists()  # no temporary file, no lock, no folder it made
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("fabric.sites[0].scale_out.nic_bandwidth", "400",
+     "fabric.sites[0].scale_out.nic_bandwidth: 400: needs a unit, e.g. 400Gbps"),
+    ("fabric.long_haul[0].capacity", "1.6e12", "fabric.long_haul[0].capacity: 1.6e12: needs a unit, e.g. 1.6e12Gbps"),
+    ("fabric.sites[0].scale_up.latency", "1", "fabric.sites[0].scale_up.latency: 1: needs a unit, e.g. 1us"),
+    ("fabric.long_haul[0].length", "'10'", "fabric.long_haul[0].length: 10: needs a unit, e.g. 10km"),
+    ("workloads.training[0].hbm", "80", "workloads.training[0].hbm: 80: needs a unit, e.g. 80GB"),
+])
+def test_a_unitless_physical_quantity_is_refused(key, value, message, tmp_path, capsys):
+    import re
+
+    with pytest.raises(config.ConfigError, match=re.escape(message)):
+        config.load(QUICKSTART, [f"{key}={value}"])
+    capsys.readouterr()
+    assert cli.main(["validate", QUICKSTART, "--set", f"{key}={value}"]) == 2
+    assert message in capsys.readouterr().err
+    data = _quickstart()  # the same in a file
+    data["fabric"]["sites"][0]["scale_out"]["nic_bandwidth"] = 400
+    with pytest.raises(config.ConfigError, match="nic_bandwidth: 400: needs a unit, e.g. 400Gbps"):
+        config.parse(data)
+
+
+def test_plain_numbers_stay_for_ratios_counts_and_zero_and_python_keeps_si_floats():
+    sc = config.load(QUICKSTART, ["fabric.sites[0].scale_out.oversubscription=[1, 4]", "model.step_latency=0"])
+    assert sc.options.step_latency == 0.0
+    from flowmodel import fabric as fb
+
+    assert fb.ScaleUp(size=8, bandwidth=400e9, latency=1e-6).bandwidth == 400e9  # SI floats from Python
+
+
+def test_console_figures_in_config_units_and_residue_as_zero():
+    assert _units.show(50e9, "bytes/s") == "400Gbps" and _units.show(1.4397e12 / 8 * 8, "bytes/s") == "11.5176Tbps"
+    assert _units.show(4.0, "ratio") == "4"
+    assert _units.format_value(-0.0, "time") == "0ns" and _units.format_value(5.55e-17, "time") == "0ns"
+    assert _units.tidy(5.55e-17, 0.6) == 0.0 and _units.tidy(-0.0) == 0.0 and str(_units.tidy(-0.0)) == "0.0"
+    assert _units.tidy(1e-6, 0.6) == 1e-6
+    assert cli._floats({"compute": 0.6, "dp": 5.55e-17, "tp": -0.0}) == {"compute": 0.6, "dp": 0.0, "tp": 0.0}
