@@ -39,20 +39,20 @@ def main() -> None:
     f, o = sc.failures, sc.optimize
     model = scenario.prepare(sc)
     scenarios = resilience.failure_scenarios(model)
-    report = resilience.evaluate_failures(model, scenarios)
+    report = resilience.evaluate_failures(model, scenarios, healthy_weight=f.weight_of_healthy)
     job = sc.training[0].name
     t = report.step_times[job]
     print(f"\n{sc.name}: {job}, healthy {report.healthy[job]:.4f} s")
     for name, value in zip(report.scenarios, t):
         print(f"  {name:<28} {value:>8.4f} s  ({value / report.healthy[job] - 1:+.1%})")
-    print(f"  over the failure scenarios: expected {report.expected[job]:.4f} s, p99 {report.p99[job]:.4f} s, "
+    print(f"  healthy and failures weighed: expected {report.expected[job]:.4f} s, p99 {report.p99[job]:.4f} s, "
           f"worst {report.worst[job][0]}")
 
     space = optimize.Space(model.info, o.knobs, o.cost)
     groups = [k.group for k in o.knobs]
     plain = model.objective()
     aware_objective, aware_exact, lost = resilience.expected_objective(model, scenarios, groups,
-                                                                       healthy_weight=f.healthy_weight)
+                                                                       healthy_weight=f.weight_of_healthy)
     if lost:
         print(f"  left out of the expectation (they disconnect a job): {', '.join(lost)}")
     runs = {}
@@ -64,7 +64,7 @@ def main() -> None:
                        "healthy_s": plain[1](res.network, {}), "expected_s": aware_exact(res.network, {})}
     budget = "no budget" if o.budget is None else f"budget {o.budget:.6g}"
     print(f"\nplans under {budget}; E = expected over the healthy fabric (weight "
-          f"{f.healthy_weight:g}) and each failure (weight {f.probability:g})")
+          f"{f.weight_of_healthy:g}) and each failure (weight {f.probability:g})")
     print(f"{'plan':<24} {'healthy s':>10} {'E step s':>11}  " + "  ".join(n.split("/")[1] for n in groups))
     for label, r in runs.items():
         caps = "  ".join(f"{r['parameters'][n] * 8 / 1e12:>{len(n.split('/')[1])}.2f}" for n in groups)

@@ -1,7 +1,16 @@
 """Units at the edge: strings such as ``400Gbps``, ``50GB/s``, ``10km``, ``2us`` become SI numbers once.
 
-Inside flowmodel everything is bytes, seconds, bytes/s and km. A plain number is taken as already
-in those units. An unknown unit is an error that names the field, the value and the units known.
+Inside flowmodel everything is bytes, seconds, bytes/s and km. From Python a plain number is taken as
+already in those units; a scenario file must write the unit (``parse(..., unit=True)``): a plain
+``400`` for a bandwidth is an error that suggests ``400Gbps`` (only 0, the same in every unit, may go
+without). An unknown unit is an error that names the field, the value and the units known.
+
+>>> parse("400Gbps", "bandwidth", "nic_bandwidth")
+50000000000.0
+>>> parse(400, "bandwidth", "nic_bandwidth", unit=True)
+Traceback (most recent call last):
+...
+ValueError: nic_bandwidth: 400: needs a unit, e.g. 400Gbps
 """
 
 from __future__ import annotations
@@ -32,22 +41,30 @@ RANGES = {
 NUMBER = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(\S*)\s*$")
 
 
-def parse(value, kind: str, where: str) -> float:
-    """``value`` (a number, or a string with a unit of ``kind``) in SI units."""
+SUGGESTED = {"bandwidth": "Gbps", "time": "us", "length": "km", "size": "GB"}  # what a unitless value is told
+
+
+def parse(value, kind: str, where: str, *, unit: bool = False) -> float:
+    """``value`` (a number, or a string with a unit of ``kind``) in SI units; with ``unit`` (a scenario
+    file) a number other than 0 without a unit is an error naming ``where`` and suggesting one."""
     if isinstance(value, bool):
         raise ValueError(f"{where}: expected a {kind}, got {value!r}")
     if isinstance(value, (int, float)):
         number = float(value)
+        if unit and number != 0 and math.isfinite(number):
+            raise ValueError(f"{where}: {value}: needs a unit, e.g. {value}{SUGGESTED[kind]}")
     elif isinstance(value, str):
         m = NUMBER.match(value)
         if not m:
             raise ValueError(f"{where}: cannot read {value!r} as a {kind} (e.g. {_example(kind)})")
-        number, unit = float(m.group(1)), m.group(2)
-        if unit:
+        number, suffix = float(m.group(1)), m.group(2)
+        if unit and not suffix and number != 0:
+            raise ValueError(f"{where}: {m.group(1)}: needs a unit, e.g. {m.group(1)}{SUGGESTED[kind]}")
+        if suffix:
             table = UNITS[kind]
-            if unit not in table:
-                raise ValueError(f"{where}: unknown {kind} unit {unit!r} in {value!r}; known: {', '.join(table)}")
-            number *= table[unit]
+            if suffix not in table:
+                raise ValueError(f"{where}: unknown {kind} unit {suffix!r} in {value!r}; known: {', '.join(table)}")
+            number *= table[suffix]
     else:
         raise ValueError(f"{where}: expected a {kind}, got {value!r}")
     if not math.isfinite(number):
@@ -79,7 +96,8 @@ def _example(kind: str) -> str:
 
 
 def format_value(value: float, kind: str) -> str:
-    """An SI number in the unit a config would write it in (``50e9`` bandwidth -> ``400Gbps``)."""
+    """An SI number in the unit a config would write it in (``50e9`` bandwidth -> ``400Gbps``; float
+    residue such as ``-0.0`` -> ``0``)."""
     if kind == "bandwidth":
         units = [("Pbps", 1e15 / 8), ("Tbps", 1e12 / 8), ("Gbps", 1e9 / 8), ("Mbps", 1e6 / 8), ("bps", 1 / 8)]
     elif kind == "time":
@@ -88,9 +106,23 @@ def format_value(value: float, kind: str) -> str:
         units = [("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3), ("B", 1.0)]
     else:
         units = [("km", 1.0), ("m", 1e-3)]
-    if value == 0:
+    if abs(value) < 1e-6 * units[-1][1]:  # residue below a millionth of the smallest unit
         return f"0{units[-1][0]}"
     for unit, factor in units:
         if abs(value) >= factor:
             return f"{value / factor:.6g}{unit}"
     return f"{value / units[-1][1]:.6g}{units[-1][0]}"
+
+
+def tidy(value: float, scale: float = 1.0) -> float:
+    """``value`` with float residue (-0.0, 5.55e-17 left by a sum of parts) as 0: anything within
+    1e-12 of ``scale`` (the magnitude it is read against) of zero."""
+    return 0.0 if abs(value) <= 1e-12 * abs(scale) else float(value)
+
+
+def show(value: float, unit: str) -> str:
+    """A link group's value as a config writes it (``unit``: the group's ``bytes/s`` or ``ratio``):
+    ``50e9`` -> ``400Gbps``, ``4.0`` -> ``4``."""
+    if unit == "bytes/s":
+        return format_value(value, "bandwidth")
+    return f"{value:.6g}"

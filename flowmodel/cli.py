@@ -12,7 +12,9 @@ overwrite each other: ``run.json``; ``optimize.json``, ``optimize_loss.png``,
 and the traces ``<job>.<rank>.et`` (``run.json`` adds the time to train when the scenario has a ``reliability``
 section: ``time_to_train_days``, ``effective_training_time``, ``interruptions_per_day``,
 ``checkpoint_interval_s``, ...). Keys end in their unit (``_s`` seconds, ``_Bps`` bytes/s,
-``_bytes``); every JSON file says so in its ``units`` map. The output folder is checked before any work, files are
+``_bytes``); every JSON file says so in its ``units`` map, and records how it was made in its
+``provenance`` map (``Record``). A command locks its output folder (``results.OutputLock``): a second
+one on the same ``--out`` exits with status 2. The output folder is checked before any work, files are
 written whole or not at all, and a bad config or argument exits with status 2 and one line naming
 the key and the value; so does a scenario estimated not to fit in this machine's memory, before its
 fabric is built (the line gives the estimate and what is available). ``trace.json`` counts the trace
@@ -22,6 +24,8 @@ nodes that take no time (``zero_time_nodes``: barriers, peerless sends and recvs
 from __future__ import annotations
 
 import argparse
+import contextvars
+import copy
 import os
 import sys
 import tempfile
@@ -30,7 +34,7 @@ import warnings
 
 import numpy as np
 
-UNITS = {"_s": "seconds", "_Bps": "bytes per second", "_bytes": "bytes",
+UNITS = {"_s": "seconds", "_Bps": "bytes per second", "_bytes": "bytes", "_ratio": "oversubscription, down : up",
          "efficiency": "bandwidth bound / time (1 = at the bound)", "cost": "the optimize section's cost units"}
 _COLLECTIVE_KEYS = {"seconds": "time_s", "bound_seconds": "bound_s", "efficiency": "efficiency", "bytes": "bytes",
                     "ranks": "ranks", "algbw": "algbw_Bps", "busbw": "busbw_Bps"}
@@ -41,7 +45,12 @@ class UsageError(ValueError):
 
 
 def _floats(d: dict) -> dict:
-    return {k: float(v) for k, v in d.items()}
+    """Floats of a breakdown or the like, residue (-0.0, 5.55e-17) against its largest part as 0."""
+    from ._units import tidy
+
+    values = {k: float(v) for k, v in d.items()}
+    scale = max((abs(v) for v in values.values() if np.isfinite(v)), default=0.0)
+    return {k: tidy(v, scale) if np.isfinite(v) else v for k, v in values.items()}
 
 
 def _table(breakdown: dict[str, float], title: str) -> None:
@@ -92,8 +101,81 @@ def _check_groups(model, groups, where) -> None:
                              f"{', '.join(sorted(model.info.groups))}")
 
 
+class Record:
+    """How one command's results were made, written into each of its result files as ``provenance``:
+    the flowmodel, JAX and Python versions, backend and precision, the config file, the overrides, the
+    resolved config (the YAML after ``--set``), the seeds, and the wall time of each stage (a stage
+    runs from its progress line to the next)."""
+
+    def __init__(self, command: str, overrides=()):
+        self.command, self.overrides = command, list(overrides)
+        self.path = self.config = self.scenario = None
+        self.start = time.perf_counter()
+        self.stages: list[tuple[str, float]] = [("read config", self.start)]
+
+    def stage(self, name: str) -> None:
+        self.stages.append((name, time.perf_counter()))
+
+    def as_dict(self) -> dict:
+        import platform
+
+        import jax
+
+        from . import __version__
+
+        now, spent = time.perf_counter(), {}
+        marks = self.stages + [(None, now)]
+        for (name, t), (_, t_next) in zip(marks, marks[1:]):
+            spent[name] = spent.get(name, 0.0) + t_next - t
+        return {"flowmodel_version": __version__, "command": self.command, "config_file": self.path,
+                "overrides": self.overrides, "config": self.config, "seeds": seeds(self.scenario),
+                "jax_version": jax.__version__, "backend": jax.default_backend(), "devices": jax.device_count(),
+                "precision": "float64" if jax.config.jax_enable_x64 else "float32",
+                "python_version": platform.python_version(), "stage_wall_time_s": spent,
+                "wall_time_s": now - self.start}
+
+
+_RECORD: contextvars.ContextVar[Record | None] = contextvars.ContextVar("flowmodel_record", default=None)
+
+
+def seeds(scenario) -> dict:
+    """Every seed the scenario's results depend on, by key path."""
+    if scenario is None:
+        return {}
+    out = {"fabric.routing.seed": scenario.routing.seed}
+    if scenario.optimize is not None:
+        out["optimize.seed"] = scenario.optimize.seed
+    if scenario.failures is not None and scenario.failures.sample_count is not None:
+        out["failures.sample.seed"] = scenario.failures.sample_seed
+    if scenario.reliability is not None:
+        out["reliability.monte_carlo.seed"] = scenario.reliability.seed
+    return out
+
+
+def provenance() -> dict:
+    """The running command's ``Record`` (empty outside ``main``)."""
+    record = _RECORD.get()
+    return {} if record is None else record.as_dict()
+
+
+def _write_json(path: str, payload: dict) -> None:
+    """A result file with the command's provenance (``Record``)."""
+    from .results import write_json
+
+
+    write_json(path, {**payload, "provenance": provenance()})
+
+
 def _say(quiet: bool):
-    return (lambda message: None) if quiet else (lambda message: print(f"[{message}]", flush=True))
+    """A progress line: starts a stage of the running command's ``Record``; printed unless quiet."""
+    def say(message: str) -> None:
+        record = _RECORD.get()
+        if record is not None:
+            record.stage(message)
+        if not quiet:
+            print(f"[{message}]", flush=True)
+
+    return say
 
 
 def _prepare(scenario, quiet: bool, gradients: bool = False):
@@ -109,7 +191,6 @@ def _prepare(scenario, quiet: bool, gradients: bool = False):
 
 
 def cmd_run(scenario, out: str, quiet: bool) -> dict:
-    from .results import write_json
 
     t0 = time.perf_counter()
     model = _prepare(scenario, quiet)
@@ -134,7 +215,7 @@ def cmd_run(scenario, out: str, quiet: bool) -> dict:
             print(f"\n{name}: KV transfer of one request {seconds * 1e3:.2f} ms")
         if lines:
             print("\n" + "\n".join(lines))
-    write_json(os.path.join(out, "run.json"), result)
+    _write_json(os.path.join(out, "run.json"), result)
     return result
 
 
@@ -147,8 +228,8 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
     from tqdm import tqdm
 
     from . import optimize, plots
+    from ._units import show
     from .objectives import planning_objective
-    from .results import write_json
 
     model = _prepare(_needs(scenario, "optimize"), quiet, gradients=True)
     o = scenario.optimize
@@ -188,7 +269,7 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
                             "refined (exact)": res.optimized})
     plots.breakdown_bars({"baseline": result["baseline_breakdown_s"], "optimized": result["optimized_breakdown_s"]},
                          os.path.join(out, "optimize_breakdown.png"))
-    write_json(os.path.join(out, "optimize.json"), result)
+    _write_json(os.path.join(out, "optimize.json"), result)
     front = None
     if pareto:
         span = optimize.budget_range(space, pareto)
@@ -202,7 +283,7 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
                             for p in points]}
         plots.pareto_front(front["points"], os.path.join(out, "optimize_pareto.png"),
                            chosen=(res.cost, res.optimized), baseline=(result["baseline_cost"], res.baseline))
-        write_json(os.path.join(out, "optimize_pareto.json"), front)
+        _write_json(os.path.join(out, "optimize_pareto.json"), front)
     if not quiet:
         print(f"{scenario.name}: {OBJECTIVE_LABELS[o.objective]} {res.baseline:.4f} s -> {res.optimized:.4f} s "
               f"({res.optimized / res.baseline - 1:+.1%}), cost {res.cost:.6g}"
@@ -212,7 +293,8 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
                                          for n, t in result["optimized_job_step_times_s"].items()))
         for name, p in res.parameters.items():
             base = result["baseline_parameters"][name]["value"]
-            print(f"  {name:<24} {base:>12.5g} -> {p['value']:>12.5g} {p['unit']}")
+            print(f"  {name:<24} {show(base, p['unit']):>12} -> {show(p['value'], p['unit']):>12}"
+                  + (" (ratio)" if p["unit"] == "ratio" else ""))
         check = done.check
         print(f"  optimality check: {'passed' if check.passed else 'FAILED'} (first order: {check.moves} exact "
               f"evaluations, best gain {max(check.best_gain, 0.0):.2%} per unit move"
@@ -249,8 +331,12 @@ def sweep_evaluation(model):
     return evaluate
 
 
+COLUMN_SUFFIX = {"bytes/s": "_Bps", "ratio": "_ratio"}  # sweep.csv / sweep.json columns of link groups
+
+
 def cmd_sweep(scenario, out: str, quiet: bool) -> dict:
     from . import plots, sweep
+    from ._units import show
 
     model = _prepare(_needs(scenario, "sweep"), quiet)
     axes = scenario.sweep.axes
@@ -263,11 +349,13 @@ def cmd_sweep(scenario, out: str, quiet: bool) -> dict:
     names = list(axes)
     units = {n: model.info.groups[n].unit for n in names}
     plots.sweep_lines(table, names, "step_time_s", os.path.join(out, "sweep.png"), units=units)
-    csv_path, json_path = sweep.write_table(table, out, meta={"scenario": scenario.name, "units": UNITS,
-                                                                "parameter_units": units, "batching": how})
+    columns = {f"{n}{COLUMN_SUFFIX.get(units[n], '')}" if n in units else n: v for n, v in table.items()}
+    csv_path, json_path = sweep.write_table(columns, out, meta={"scenario": scenario.name, "units": UNITS,
+                                                                "parameter_units": units, "batching": how,
+                                                                "provenance": provenance()})
     if not quiet:
         best = int(np.argmin(table["step_time_s"]))
-        at = ", ".join(f"{n} = {table[n][best]:.5g}" for n in names)
+        at = ", ".join(f"{n} = {show(table[n][best], units[n])}" for n in names)
         print(f"{scenario.name}: {len(table['step_time_s'])} points; best step time "
               f"{table['step_time_s'][best]:.4f} s at {at}")
         if "vmap_s_per_point" in how:
@@ -280,26 +368,41 @@ def cmd_failures(scenario, out: str, quiet: bool) -> dict:
     from tqdm import tqdm
 
     from . import plots, resilience
-    from .results import write_json
 
     model = _prepare(_needs(scenario, "failures"), quiet)
     scenarios = resilience.failure_scenarios(model)
+    weight = scenario.failures.weight_of_healthy
     _say(quiet)(f"route and evaluate {len(scenarios)} failure scenarios")
     with tqdm(total=len(scenarios), desc="failures", disable=quiet, leave=False) as bar:
-        report = resilience.evaluate_failures(model, scenarios, progress=lambda name: bar.update(1))
+        report = resilience.evaluate_failures(model, scenarios, healthy_weight=weight,
+                                              progress=lambda name: bar.update(1))
     jobs = {name: {"healthy_step_time_s": report.healthy[name],
                    "step_time_s": dict(zip(report.scenarios, (float(t) for t in report.step_times[name]))),
                    "expected_step_time_s": report.expected[name], "p99_step_time_s": report.p99[name],
                    "worst": {"scenario": report.worst[name][0], "step_time_s": report.worst[name][1]},
                    "disconnected": report.disconnected[name]} for name in report.step_times}
-    result = {"scenario": scenario.name, "units": UNITS, "failures": report.scenarios, "jobs": jobs}
+    services = {name: {"healthy_kv_transfer_s": report.healthy_kv[name],
+                       "kv_transfer_s": dict(zip(report.scenarios, (float(t) for t in report.kv_transfer[name]))),
+                       "expected_kv_transfer_s": report.expected_kv[name],
+                       "disconnected": report.disconnected[name]} for name in report.kv_transfer}
+    result = {"scenario": scenario.name, "units": UNITS, "failures": report.scenarios,
+              "probability": {s.name: s.probability for s in scenarios}, "healthy_weight": weight,
+              "expected": "(healthy_weight x healthy + sum_i probability_i x t_i) / (healthy_weight + sum_i "
+                          "probability_i), over the failures that keep the job connected",
+              "sampled": scenario.failures.sample_count is not None, "jobs": jobs, "inference": services}
     plots.failure_bars(jobs, os.path.join(out, "failures.png"))
-    write_json(os.path.join(out, "failures.json"), result)
+    _write_json(os.path.join(out, "failures.json"), result)
     if not quiet:
         for name, job in jobs.items():
             print(f"\n{name}: healthy {job['healthy_step_time_s']:.4f} s, expected {job['expected_step_time_s']:.4f} s,"
                   f" p99 {job['p99_step_time_s']:.4f} s, worst {job['worst']['scenario']}; "
                   f"{len(job['disconnected'])} scenario(s) disconnect it")
+        for name, service in services.items():
+            times = [t for t in service["kv_transfer_s"].values() if np.isfinite(t)]
+            print(f"\n{name}: KV transfer healthy {service['healthy_kv_transfer_s'] * 1e3:.2f} ms, expected "
+                  f"{service['expected_kv_transfer_s'] * 1e3:.2f} ms"
+                  + (f", worst {max(times) * 1e3:.2f} ms" if times else "")
+                  + f"; {len(service['disconnected'])} scenario(s) disconnect it")
     return result
 
 
@@ -333,13 +436,12 @@ def cmd_validate(scenario, out: str | None, quiet: bool) -> dict:
 def cmd_export_trace(scenario, out: str, quiet: bool) -> dict:
     """Every training job of the scenario as a Chakra trace in ``out``."""
     from . import trace
-    from .results import write_json
 
     if not scenario.training:
         raise ValueError("workloads.training: export-trace needs at least one training job")
     model = _prepare(scenario, quiet)
     result = {**trace.export(model, out, progress=_say(quiet)), "units": UNITS}
-    write_json(os.path.join(out, "export-trace.json"), result)
+    _write_json(os.path.join(out, "export-trace.json"), result)
     if not quiet:
         for name, job in result["jobs"].items():
             print(f"  {name}: {job['ranks']} ranks, {job['nodes']} nodes -> {job['prefix']}.<rank>.et "
@@ -350,21 +452,23 @@ def cmd_export_trace(scenario, out: str, quiet: bool) -> dict:
 def cmd_trace(args, out: str, quiet: bool) -> dict:
     """Run a Chakra trace on an ASTRA-sim network or a scenario's fabric."""
     from . import trace
-    from .config import load
     from .plots import trace_timeline
-    from .results import write_json, write_text
+    from .results import write_text
 
+    record = _RECORD.get()
+    if record is not None:
+        record.path = args.network
     if trace.is_astra_network(args.network):
         if args.overrides:
             raise UsageError(f"--set: applies to a scenario file, but {args.network} is an ASTRA-sim network")
         fabric = trace.Fabric.from_astra(args.network)
     else:
-        fabric = trace.Fabric.from_model(_prepare(load(args.network, args.overrides), quiet))
+        fabric = trace.Fabric.from_model(_prepare(_load_scenario(args.network, args.overrides), quiet))
     result = trace.run(args.prefix, fabric, system=args.system, comm_groups=args.comm_groups, progress=_say(quiet))
     prepared, timed = result.pop("_prepared"), result.pop("_result")
     result["units"] = UNITS
     _say(quiet)("write results")
-    write_json(os.path.join(out, "trace.json"), result)
+    _write_json(os.path.join(out, "trace.json"), result)
     write_text(os.path.join(out, "trace_nodes.csv"), trace.nodes_csv(prepared, timed))
     spans, makespan, critical = trace.timeline_spans(prepared, timed)
     trace_timeline(spans, makespan, os.path.join(out, "trace_timeline.png"), critical=critical)
@@ -422,6 +526,11 @@ def _remove_empty(folders: list[str]) -> None:
             return
 
 
+def _release(lock) -> None:
+    if lock is not None:
+        lock.release()  # before an empty folder it made is removed
+
+
 def _parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -463,18 +572,32 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _load_scenario(path: str, overrides):
-    """The scenario file; an ASTRA-sim network file given in its place is named as such."""
+    """The scenario file (recorded, with its resolved config, in the command's ``Record``); an
+    ASTRA-sim network file given in its place is named as such."""
     from . import trace
-    from .config import ConfigError, load
+    from .config import ConfigError, parse, read
 
     try:
-        return load(path, overrides)
+        data = read(path, overrides)
+        scenario = parse(copy.deepcopy(data))
     except ConfigError:
         if trace.is_astra_network(path):
             raise UsageError(f"{path}: this looks like an ASTRA-sim network file (topology, npus_count, bandwidth, "
                              f"latency), not a scenario; run a Chakra trace on it with "
                              f"`flowmodel trace PREFIX --network {path}`") from None
         raise
+    record = _RECORD.get()
+    if record is not None:
+        record.path, record.scenario = path, scenario
+        record.config = _plain(data)
+    return scenario
+
+
+def _plain(data):
+    """YAML data as JSON can hold it (YAML dates and the like as strings)."""
+    import json
+
+    return json.loads(json.dumps(data, default=str))
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):
@@ -498,35 +621,49 @@ def main(argv: list[str] | None = None) -> int:
         out = out or os.path.join("out", os.path.basename(args.prefix.rstrip("/")) or "trace")
     elif args.command != "validate":
         out = out or os.path.join("out", os.path.splitext(os.path.basename(args.config))[0])
+    from .results import OutputLock, OutputLocked
+
+    token = _RECORD.set(Record(args.command, args.overrides))
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning
         if args.quiet:
             warnings.simplefilter("ignore")
-        created = []
+        created, lock = [], None
         try:
             if args.command == "trace":  # its scenario, if any, is the --network file
                 created = check_out(out)
+                lock = OutputLock(out).acquire()
                 cmd_trace(args, out, args.quiet)
             else:
                 scenario = _load_scenario(args.config, args.overrides)
                 if out is not None:
                     created = check_out(out)
+                    lock = OutputLock(out).acquire()  # a second command on the same --out is refused
                 if getattr(args, "pareto", None) is not None and args.pareto < 2:
                     raise UsageError(f"--pareto: needs at least 2 budgets, got {args.pareto}")
                 extra = {"pareto": args.pareto} if args.command == "optimize" else {}
                 COMMANDS[args.command][0](scenario, out, args.quiet, **extra)
+        except OutputLocked as e:
+            print(f"flowmodel: {e}", file=sys.stderr)
+            return 2
         except (ConfigError, ValueError) as e:
+            _release(lock)
             _remove_empty(created)
             print(f"flowmodel: {str(e).splitlines()[0]}", file=sys.stderr)
             return 2
         except MemoryError:
+            _release(lock)
             _remove_empty(created)
             print("flowmodel: out of memory: the scenario is too large for this machine", file=sys.stderr)
             return 1
         except KeyboardInterrupt:
+            _release(lock)
             _remove_empty(created)
             print("flowmodel: interrupted", file=sys.stderr)
             return 130
+        finally:
+            _release(lock)
+            _RECORD.reset(token)
     if not args.quiet and out is not None:
         files = OUTPUTS[args.command] + (OUTPUTS["pareto"] if getattr(args, "pareto", None) else ())
         print(f"\nwrote {', '.join(files)} in {out}")

@@ -371,13 +371,25 @@ SWEEP = Section({
     "chunk": Key("int", "points per vmapped call (default: all at once)"),
     "batching": Key("str", "`auto` (time both ways on the first points, keep the faster), `vmap` or `loop`"),
 }, target=SweepGrid)
+SAMPLE = Section({
+    "count": Key("int", "draws, each of weight 1 / count; every element of failures.tiers and "
+                        "failures.switch_kinds fails independently (`resilience.sampled_failures`)",
+                 field="sample_count"),
+    "seed": Key("int", "seed of the draws", field="sample_seed"),
+    "probabilities": Key("probabilities", "tier or switch kind -> probability each of its elements fails "
+                                          "(default: failures.probability)", field="sample_probabilities"),
+}, target=FailureSet, part=True)
 FAILURES = Section({
     "tiers": Key("strs", "one failure per cable of these tiers (e.g. `[long_haul]`)"),
     "switch_kinds": Key("strs", "one failure per switch of these kinds (e.g. `[spine]`)"),
     "sites": Key("bool", "one failure per site (all its GPUs and links)"),
     "fraction": Key("float", "a failed cable keeps this fraction of its capacity (none: it is cut)"),
-    "probability": Key("float", "weight of each failure scenario"),
-    "healthy_weight": Key("float", "weight of the healthy fabric"),
+    "probability": Key("float", "weight p_i of each failure scenario; with `sample`, the probability that each "
+                                "element fails in a draw"),
+    "healthy_weight": Key("float", "weight w_h of the healthy fabric: expected = (w_h t_h + sum_i p_i t_i) / "
+                                   "(w_h + sum_i p_i) (default 1; with `sample`, 0: the draws in which nothing "
+                                   "fails are the healthy cases)"),
+    "sample": Key(SAMPLE, "instead of one failure per element, seeded draws of independent failures", {}, None),
 }, target=FailureSet)
 COMPONENT = Section({
     "rate_per_day": Key("float", "failures per component per day (e.g. 2.8e-4 per GPU-day, docs/sources.md)"),
@@ -446,7 +458,7 @@ def _fail(where: str, message: str):
 def _scalar(kind: str, value, where: str):
     if kind in _units.UNITS:
         try:
-            return _units.parse(value, kind, where)
+            return _units.parse(value, kind, where, unit=True)
         except ValueError as e:
             raise ConfigError(str(e)) from None
     if kind == "int":
@@ -482,6 +494,10 @@ def _scalar(kind: str, value, where: str):
         if not isinstance(value, dict) or not value:
             _fail(where, f"expected a mapping of link group -> list of values, got {value!r}")
         return {str(k): _scalar("knobs", v, f"{where}.{k}") for k, v in value.items()}
+    if kind == "probabilities":
+        if not isinstance(value, dict):
+            _fail(where, f"expected a mapping of tier or switch kind -> probability, got {value!r}")
+        return {str(k): _scalar("float", v, f"{where}.{k}") for k, v in value.items()}
     if kind == "prices":
         if not isinstance(value, dict):
             _fail(where, f"expected a mapping of tier -> price per Gbit/s, got {value!r}")
@@ -610,6 +626,12 @@ def override(data: Any, assignment: str) -> Any:
 
 def load(path: str, overrides: tuple[str, ...] | list[str] = ()) -> Scenario:
     """Read and check a scenario file, with ``overrides`` (``KEY.PATH=VALUE``, see ``override``)."""
+    return parse(read(path, overrides))
+
+
+def read(path: str, overrides: tuple[str, ...] | list[str] = ()) -> Any:
+    """A scenario file's YAML data with ``overrides`` applied, not yet checked: what ``load`` parses
+    (and what result files record as the resolved config)."""
     try:
         with open(path, encoding="utf-8") as fh:
             data = yaml.safe_load(fh)
@@ -625,7 +647,7 @@ def load(path: str, overrides: tuple[str, ...] | list[str] = ()) -> Scenario:
         raise ConfigError(f"{path}: the file is empty; a scenario needs at least 'fabric' and 'workloads'")
     for assignment in overrides:
         data = override(data, assignment)
-    return parse(data)
+    return data
 
 
 _KINDS = {"int": "integer", "float": "number", "bool": "true / false", "str": "string",
@@ -634,6 +656,7 @@ _KINDS = {"int": "integer", "float": "number", "bool": "true / false", "str": "s
           "ratios": "ratio or list of ratios", "ints": "list of integers", "strs": "list of strings",
           "knob": "ratio or bandwidth", "knobs": "list of ratios or bandwidths",
           "grid": "mapping: link group -> list of values", "prices": "mapping: tier -> number",
+          "probabilities": "mapping: tier or switch kind -> number",
           "model": "preset name or mapping (`model` below)"}
 
 
@@ -666,7 +689,8 @@ def reference() -> str:
     lines = ["# Scenario file reference", "",
              "Generated from the section declarations in `flowmodel/config.py` (`flowmodel reference > "
              "docs/config.md`); a test keeps the two in step. Units are converted once, when the file is read; "
-             "unknown keys and units are errors that name the key. Model presets: "
+             "unknown keys and units are errors that name the key, and so is a bandwidth, time, length or size "
+             "without its unit (`400` for `400Gbps`; plain numbers are ratios and counts). Model presets: "
              + ", ".join(f"`{p}`" for p in MODEL_PRESETS) + ".", ""]
     sections = [("", SCENARIO)]
     seen = {}

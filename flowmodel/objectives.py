@@ -50,7 +50,7 @@ def planning_objective(model: Model, objective: str = "step_time", *, kv_weight:
             raise ValueError("optimize.objective: expected needs a failures section")
         groups = [k.group for k in sc.optimize.knobs] if sc.optimize else list(model.info.groups)
         cases, _ = resilience.expected_cases(model, resilience.failure_scenarios(model),
-                                             healthy_weight=sc.failures.healthy_weight)
+                                             healthy_weight=sc.failures.weight_of_healthy)
         smooth, exact = model.options.relaxed(), model.options.exact()
 
         def value(net, options):

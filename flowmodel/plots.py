@@ -117,24 +117,41 @@ def sweep_lines(table: dict, names: list[str], output: str, path: str, *, units:
 
 
 def failure_bars(jobs: dict[str, dict], path: str, *, top: int = 20) -> None:
-    """Per job, its healthy, expected and p99 step time and its ``top`` worst failures (the
-    ``failures`` command's figures)."""
+    """Per job, its ``top`` worst failures and its expected and p99 step time, as the change against
+    its healthy step time (in %, so a 2% slowdown reads as 2 on the axis); one panel per job, each
+    sized to its bars, titles clear of each other (the ``failures`` command's figure)."""
     import numpy as np
 
     plt = new_figure()
-    fig, axes = plt.subplots(len(jobs), 1, figsize=(7, 2.8 * len(jobs)), squeeze=False)
-    for ax, (name, job) in zip(axes[:, 0], jobs.items()):
+    rows = []
+    for name, job in jobs.items():
         times = {k: v for k, v in job["step_time_s"].items() if v is not None and np.isfinite(v)}
-        worst = sorted(times, key=times.get, reverse=True)[:top]
-        ax.barh(worst[::-1], [times[k] for k in worst[::-1]], color="#7f7f7f")
-        for value, label, style in ((job["healthy_step_time_s"], "healthy", "-"),
-                                    (job["expected_step_time_s"], "expected", "--"),
+        rows.append((name, job, sorted(times, key=times.get, reverse=True)[:top], times))
+    heights = [1.2 + 0.22 * max(len(worst), 1) for _, _, worst, _ in rows]
+    fig, axes = plt.subplots(len(rows), 1, figsize=(7.5, sum(heights) + 0.6 * len(rows)), squeeze=False,
+                             gridspec_kw={"height_ratios": heights}, layout="constrained")
+    for ax, (name, job, worst, times) in zip(axes[:, 0], rows):
+        healthy = job["healthy_step_time_s"]
+        change = [100.0 * (times[k] / healthy - 1.0) for k in worst[::-1]]
+        bars = ax.barh(range(len(worst)), change, color="#7f7f7f")
+        ax.set_yticks(range(len(worst)), worst[::-1], fontsize=6)
+        ax.bar_label(bars, [f"{c:+.2f}%" for c in change], fontsize=6, padding=2)
+        marks = [0.0] + change
+        for value, label, style in ((job["expected_step_time_s"], "expected", "--"),
                                     (job["p99_step_time_s"], "p99", ":")):
             if value is not None and np.isfinite(value):
-                ax.axvline(value, color="black", linestyle=style, linewidth=1, label=f"{label} {value:.4g} s")
-        ax.set_title(f"{name}: {len(job['disconnected'])} failure(s) disconnect it", fontsize=9)
-        ax.set_xlabel("step time (s)")
-        ax.tick_params(axis="y", labelsize=6)
+                pct = 100.0 * (value / healthy - 1.0)
+                marks.append(pct)
+                ax.axvline(pct, color="black", linestyle=style, linewidth=1,
+                           label=f"{label} {value:.4f} s ({pct:+.2f}%)")
+        ax.axvline(0.0, color="#1f77b4", linewidth=1, label=f"healthy {healthy:.4f} s")
+        lo, hi = min(marks), max(marks)
+        pad = max(0.15 * (hi - lo), 0.5)  # at least a percent of axis, so a 2% change is never a sliver
+        ax.set_xlim(lo - pad, hi + 2 * pad)
+        ax.set_title(f"{name}: healthy {healthy:.4f} s; {len(job['disconnected'])} failure(s) disconnect it",
+                     fontsize=9, loc="left")
+        ax.set_xlabel("step time against healthy (%)", fontsize=8)
+        ax.grid(axis="x", alpha=0.3)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     save_figure(fig, path)
     plt.close(fig)

@@ -54,6 +54,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import _units
 from .fabric import Network, Tier
 from .kernels import completion_times, incidence, link_bytes
 from .resilience import Failure, carry_groups, failed
@@ -383,7 +384,8 @@ def report(model: Model, jobs: dict[str, JobReliability] | None = None) -> tuple
     lines = [f"{name}: {job.steps} steps, time to train {f['expected_s'] / DAY:.2f} days "
              f"(p50 {f['mc_p50_s'] / DAY:.2f}, p90 {f['mc_p90_s'] / DAY:.2f}; healthy {f['healthy_s'] / DAY:.2f}), "
              f"effective training time {f['effective']:.1%}",
-             f"  {f['interruptions_per_day']:.2f} interruptions a day; checkpoint of {job.checkpoint_size:.3g} bytes "
+             f"  {f['interruptions_per_day']:.2f} interruptions a day; checkpoint of "
+             f"{_units.format_value(job.checkpoint_size, 'size')} "
              f"every {f['interval_s'] / 60:.1f} min (Young/Daly {f['young_daly_s'] / 60:.1f} min), "
              f"write {f['checkpoint_s']:.1f} s ({mode}: the job pauses {f['pause_s']:.1f} s), "
              f"restart {f['restart_s']:.1f} s (read {f['read_s']:.1f} s)",

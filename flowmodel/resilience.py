@@ -70,11 +70,12 @@ def single_failures(g: nx.DiGraph, *, tiers: Sequence[str] = (Tier.LONG_HAUL,), 
 
 
 def sampled_failures(g: nx.DiGraph, probabilities: dict[str, float], samples: int, *, seed: int = 0,
-                     keep_healthy: bool = True) -> list[Failure]:
+                     keep_healthy: bool = True, fraction: float | None = None) -> list[Failure]:
     """Monte Carlo scenarios under independent failures: every cable of tier ``t`` (a key of
     ``probabilities``) or switch of kind ``t`` fails with probability ``probabilities[t]``; each
     sample is one scenario of weight 1 / samples (samples with nothing failed are kept as healthy
-    scenarios unless ``keep_healthy`` is false). Seeded, so deterministic."""
+    scenarios unless ``keep_healthy`` is false). A failed cable is cut, or with ``fraction`` keeps
+    that fraction of its capacity. Seeded, so deterministic."""
     if not (isinstance(samples, int) and samples >= 1):
         raise ValueError(f"samples: must be an integer >= 1, got {samples!r}")
     components = []  # (kind key, cable or switch, is_switch)
@@ -102,7 +103,8 @@ def sampled_failures(g: nx.DiGraph, probabilities: dict[str, float], samples: in
         switches = tuple(components[j][1] for j in down if components[j][2])
         name = f"sample {i}: " + (", ".join(str(components[j][1]) for j in down[:3]) if down.size else "healthy") + \
             (f" (+{down.size - 3})" if down.size > 3 else "")
-        out.append(Failure(name, cables=cables, switches=switches, probability=1.0 / samples))
+        cut, degrade = (cables, ()) if fraction is None else ((), tuple((c, fraction) for c in cables))
+        out.append(Failure(name, cables=cut, switches=switches, degrade=degrade, probability=1.0 / samples))
     if not out:
         raise ValueError("sampled_failures: every sample was healthy and keep_healthy is false")
     return out
@@ -115,10 +117,38 @@ class FailureReport:
     scenarios: list[str]
     step_times: dict[str, np.ndarray]  # job -> float[S]
     healthy: dict[str, float]
-    expected: dict[str, float]  # probability-weighted mean over connected scenarios
-    p99: dict[str, float]
+    expected: dict[str, float]  # (w_h t_h + sum_i p_i t_i) / (w_h + sum_i p_i) over connected scenarios
+    p99: dict[str, float]  # of the same weighted distribution, healthy case included
     worst: dict[str, tuple[str, float]]  # the slowest scenario that kept the job connected
-    disconnected: dict[str, list[str]]  # job -> scenarios where it lost GPUs or paths
+    disconnected: dict[str, list[str]]  # job or service -> scenarios where it lost GPUs or paths
+    healthy_weight: float = 1.0
+    kv_transfer: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # service -> float[S] seconds
+    healthy_kv: dict[str, float] = dataclasses.field(default_factory=dict)
+    expected_kv: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def case_weights(healthy_weight: float, probabilities) -> tuple[float, np.ndarray]:
+    """The normalised weights of the healthy fabric and of each failure: w_h / W and p_i / W with
+    W = w_h + sum_i p_i (a failure left out of the expectation has p_i = 0 here). The one place the
+    expectation's weights are made: ``evaluate_failures`` and ``expected_cases`` both use it."""
+    p = np.asarray(probabilities, np.float64)
+    total = healthy_weight + p.sum()
+    if not total > 0:
+        raise ValueError(f"failures.healthy_weight: the healthy weight and the failures' probabilities sum to "
+                         f"{total!r}; the expectation needs a positive total")
+    return healthy_weight / total, p / total
+
+
+def _summary(healthy: float, t: np.ndarray, probs: np.ndarray, healthy_weight: float):
+    """(expected, p99) of one job or service: ``t`` float[S] (inf: disconnected, left out)."""
+    ok = np.isfinite(t)
+    if not ok.any() and healthy_weight <= 0:
+        return np.inf, np.inf
+    w_h, w = case_weights(healthy_weight, np.where(ok, probs, 0.0))
+    expected = float(w_h * healthy + np.sum(w[ok] * t[ok]))
+    values, weights = np.append(t, healthy), np.append(probs, healthy_weight)
+    keep = weights > 0
+    return expected, _weighted_quantile(values[keep], weights[keep], 0.99)
 
 
 def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
@@ -128,56 +158,87 @@ def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> flo
 
 
 def failure_scenarios(model: Model) -> list[Failure]:
-    """The single failures the scenario's ``failures`` section asks for, on its fabric."""
+    """The failures the scenario's ``failures`` section asks for, on its fabric: one per element, or
+    with ``sample`` the seeded independent draws of ``sampled_failures``."""
     f = model.scenario.failures
     if f is None:
         raise ValueError("failures: the scenario has no failures section")
+    if f.sample_count is not None:
+        return sampled_failures(model.graph, f.sampled(), f.sample_count, seed=f.sample_seed, fraction=f.fraction)
     return single_failures(model.graph, tiers=f.tiers, switch_kinds=f.switch_kinds, sites=f.sites,
                            fraction=f.fraction, probability=f.probability)
 
 
 def failed(model: Model, failure: Failure) -> Model:
-    """The scenario prepared again on the fabric after ``failure`` (jobs it cuts off in ``.lost``)."""
+    """The scenario prepared again on the fabric after ``failure`` (jobs it cuts off in ``.lost``);
+    a failure that removes nothing (a healthy draw) is the model itself."""
+    if not (failure.cables or failure.switches or failure.sites or failure.degrade):
+        return model
     return prepare(model.scenario, graph=failure.apply(model.graph), drop_lost=True)
 
 
 def job_step_times(model: Model) -> dict[str, float]:
     """Every training job's exact step time on the prepared model (``inf`` for a job it lost)."""
-    out = {name: np.inf for name in model.lost}
-    if model.plans:
-        out.update({name: float(r.step_time) for name, r in model.evaluate().steps.items()})
-    return out
+    return _times(model)[0]
 
 
-def evaluate_failures(model: Model, scenarios: Sequence[Failure], *,
+def _times(model: Model) -> tuple[dict[str, float], dict[str, float]]:
+    """(training job -> exact step time, inference service -> KV transfer time); ``inf`` where lost."""
+    steps = {job.name: np.inf for job in model.scenario.training if job.name in model.lost}
+    kv = {inf.name: np.inf for inf in model.scenario.inference if inf.name in model.lost}
+    if model.plans or model.transfers:
+        fleet = model.evaluate()
+        steps.update({name: float(r.step_time) for name, r in fleet.steps.items()})
+        kv.update({name: float(v) for name, v in fleet.kv_transfer_s.items()})
+    return steps, kv
+
+
+def evaluate_failures(model: Model, scenarios: Sequence[Failure], *, healthy_weight: float = 1.0,
                       progress: Callable[[str], None] | None = None) -> FailureReport:
-    """Step time of every job, healthy (the scenario's own evaluation) and under each failure
-    (re-routed), with the probability-weighted expectation and tail; ``progress`` is called with
-    each failure's name once it is evaluated."""
+    """Step time of every job and KV transfer time of every inference service, healthy (the
+    scenario's own evaluation) and under each failure (re-routed), with the expectation
+    (w_h t_h + sum_i p_i t_i) / (w_h + sum_i p_i) (``case_weights``; w_h = ``healthy_weight``, p_i each
+    failure's probability, failures that disconnect the job left out) and the p99 of that weighted
+    distribution. Failures that remove the same elements are evaluated once. ``progress`` is called
+    with each failure's name once it is evaluated."""
     if not scenarios:
         raise ValueError("scenarios: none given")
     probs = np.array([s.probability for s in scenarios], np.float64)
     if not (np.isfinite(probs).all() and (probs > 0).all()):
         raise ValueError(f"scenarios: probabilities must be > 0, got {probs.tolist()}")
+    if not (np.isfinite(healthy_weight) and healthy_weight >= 0):
+        raise ValueError(f"healthy_weight: must be >= 0 and finite, got {healthy_weight!r}")
     jobs = [job.name for job in model.scenario.training]
-    healthy = job_step_times(model)
+    services = [inf.name for inf in model.scenario.inference]
+    healthy, healthy_kv = _times(model)
     names = [s.name for s in scenarios]
     per_job = {name: np.empty(len(scenarios)) for name in jobs}
+    per_kv = {name: np.empty(len(scenarios)) for name in services}
+    seen: dict = {}
     for i, s in enumerate(scenarios):
-        result = job_step_times(failed(model, s))
+        key = (s.cables, s.switches, s.sites, s.degrade)
+        if key not in seen:
+            seen[key] = _times(failed(model, s))
+        steps, kv = seen[key]
         for name in jobs:
-            per_job[name][i] = result[name]
+            per_job[name][i] = steps[name]
+        for name in services:
+            per_kv[name][i] = kv[name]
         if progress is not None:
             progress(s.name)
     expected, p99, worst, lost = {}, {}, {}, {}
     for name, t in per_job.items():
         ok = np.isfinite(t)
         lost[name] = [names[i] for i in np.flatnonzero(~ok)]
-        expected[name] = float(np.sum(probs[ok] * t[ok]) / probs[ok].sum()) if ok.any() else np.inf
-        p99[name] = _weighted_quantile(t, probs, 0.99)
+        expected[name], p99[name] = _summary(healthy[name], t, probs, healthy_weight)
         j = int(np.argmax(np.where(ok, t, -np.inf))) if ok.any() else 0
         worst[name] = (names[j], float(t[j]))
-    return FailureReport(names, per_job, healthy, expected, p99, worst, lost)
+    expected_kv = {}
+    for name, t in per_kv.items():
+        lost[name] = [names[i] for i in np.flatnonzero(~np.isfinite(t))]
+        expected_kv[name] = _summary(healthy_kv[name], t, probs, healthy_weight)[0]
+    return FailureReport(names, per_job, healthy, expected, p99, worst, lost, healthy_weight, per_kv, healthy_kv,
+                         expected_kv)
 
 
 def degraded_step_times(model: Model, masks) -> jax.Array:
@@ -209,20 +270,19 @@ def carry_groups(model: Model, failed_model: Model, network: Network, groups: Se
 
 
 def expected_cases(model: Model, scenarios: Sequence[Failure], *, healthy_weight: float = 1.0):
-    """([(weight, model), ...], lost): the healthy model at ``healthy_weight`` and each failure's model
-    at its probability, weights normalised to sum to 1; failures that disconnect a job are left out
-    and their names returned (``lost``)."""
-    cases, lost = [], []
-    for weight, case, name in [(healthy_weight, None, "healthy")] + [(s.probability, s, s.name) for s in scenarios]:
-        if weight <= 0:
-            continue
-        m = model if case is None else failed(model, case)
+    """([(weight, model), ...], lost): the healthy model and each failure's model with the weights of
+    ``case_weights`` (w_h / W, p_i / W; the same expectation ``evaluate_failures`` reports); failures
+    that disconnect a job are left out and their names returned (``lost``)."""
+    models, lost = [], []
+    for s in scenarios:
+        m = failed(model, s)
         if m.lost:
-            lost.append(name)
-            continue
-        cases.append((weight, m))
-    total = sum(w for w, _ in cases)
-    return [(w / total, m) for w, m in cases], lost
+            lost.append(s.name)
+        models.append(None if m.lost else m)
+    w_h, w = case_weights(healthy_weight, [s.probability if m is not None else 0.0
+                                           for s, m in zip(scenarios, models)])
+    cases = [(float(w_h), model)] if w_h > 0 else []
+    return cases + [(float(wi), m) for wi, m in zip(w, models) if m is not None and wi > 0], lost
 
 
 def expected_step_time(model: Model, cases, groups: Sequence[str], network: Network, options: Options):

@@ -147,25 +147,65 @@ class SweepGrid:
 class FailureSet:
     """The failures section: one scenario per cable of ``tiers`` (or that cable at ``fraction`` of its
     capacity), per switch of ``switch_kinds`` and per site if ``sites``, each of weight
-    ``probability`` against the healthy fabric's ``healthy_weight``."""
+    ``probability`` against the healthy fabric's ``healthy_weight`` (default 1). With
+    ``sample_count``, instead ``sample_count`` seeded draws in which every element of ``tiers`` and
+    ``switch_kinds`` fails independently (``resilience.sampled_failures``) with ``probability`` (or its
+    tier's entry of ``sample_probabilities``); the draws in which nothing fails are the healthy cases,
+    so ``healthy_weight`` is 0 there and may not be set."""
 
     tiers: tuple[str, ...] = ()
     switch_kinds: tuple[str, ...] = ()
     sites: bool = False
     fraction: float | None = None
     probability: float = 0.01
-    healthy_weight: float = 1.0
+    healthy_weight: float | None = None
+    sample_count: int | None = None
+    sample_seed: int = 0
+    sample_probabilities: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self):
         object.__setattr__(self, "tiers", tuple(self.tiers or ()))
         object.__setattr__(self, "switch_kinds", tuple(self.switch_kinds or ()))
+        probabilities = self.sample_probabilities
+        object.__setattr__(self, "sample_probabilities", tuple(sorted(
+            (probabilities.items() if isinstance(probabilities, dict) else probabilities) or ())))
         if not (0 < self.probability <= 1):
             raise ValueError(f"failures.probability: must be in (0, 1], got {self.probability!r}")
         if self.fraction is not None and not (0 < self.fraction <= 1):
             raise ValueError(f"failures.fraction: must be in (0, 1], got {self.fraction!r}")
-        check_number("failures.healthy_weight", self.healthy_weight)
+        if self.healthy_weight is not None:
+            check_number("failures.healthy_weight", self.healthy_weight)
         if not (self.tiers or self.switch_kinds or self.sites):
             raise ValueError("failures: names nothing to fail (tiers, switch_kinds or sites)")
+        check_number("failures.sample.seed", self.sample_seed, integer=True)
+        if self.sample_count is None:
+            if self.sample_probabilities:
+                raise ValueError("failures.sample.probabilities: needs failures.sample.count")
+            return
+        check_number("failures.sample.count", self.sample_count, minimum=1, integer=True)
+        if self.healthy_weight is not None:
+            raise ValueError(f"failures.healthy_weight: not with failures.sample (the draws in which nothing fails "
+                             f"are the healthy cases), got {self.healthy_weight!r}")
+        if self.sites:
+            raise ValueError("failures.sites: not with failures.sample (it draws cables and switches)")
+        for name, p in self.sample_probabilities:
+            if name not in self.tiers + self.switch_kinds:
+                raise ValueError(f"failures.sample.probabilities.{name}: not one of failures.tiers or "
+                                 f"failures.switch_kinds ({', '.join(self.tiers + self.switch_kinds)})")
+            if not (0 <= p <= 1):
+                raise ValueError(f"failures.sample.probabilities.{name}: must be in [0, 1], got {p!r}")
+
+    @property
+    def weight_of_healthy(self) -> float:
+        """w_h of the expectation: ``healthy_weight``, by default 1 (0 with ``sample_count``)."""
+        if self.healthy_weight is not None:
+            return self.healthy_weight
+        return 0.0 if self.sample_count is not None else 1.0
+
+    def sampled(self) -> dict[str, float]:
+        """Tier or switch kind -> the probability each of its elements fails in a draw."""
+        given = dict(self.sample_probabilities)
+        return {name: given.get(name, self.probability) for name in self.tiers + self.switch_kinds}
 
 
 @dataclasses.dataclass(frozen=True)

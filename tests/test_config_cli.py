@@ -239,10 +239,13 @@ def test_cli_sweep(tmp_path):
     assert cli.main(["sweep", str(path), "--out", str(tmp_path / "s"), "--quiet"]) == 0
     table = json.loads((tmp_path / "s" / "sweep.json").read_text())
     assert table["parameter_units"] == {"long_haul/b0-b1": "bytes/s", "b0/spine_up": "ratio"}
-    rows = table["rows"]
-    assert len(rows) == 4 and {r["long_haul/b0-b1"] for r in rows} == {25e9, 200e9}
-    slow = [r["step_time_s"] for r in rows if r["long_haul/b0-b1"] == 25e9]
-    fast = [r["step_time_s"] for r in rows if r["long_haul/b0-b1"] == 200e9]
+    rows = table["rows"]  # every column ends in its unit
+    assert set(rows[0]) >= {"long_haul/b0-b1_Bps", "b0/spine_up_ratio", "step_time_s", "compute_s"}
+    assert all(k.endswith(tuple(cli.UNITS)) for k in rows[0])
+    assert (tmp_path / "s" / "sweep.csv").read_text().splitlines()[0].split(",") == list(rows[0])
+    assert len(rows) == 4 and {r["long_haul/b0-b1_Bps"] for r in rows} == {25e9, 200e9}
+    slow = [r["step_time_s"] for r in rows if r["long_haul/b0-b1_Bps"] == 25e9]
+    fast = [r["step_time_s"] for r in rows if r["long_haul/b0-b1_Bps"] == 200e9]
     assert min(slow) > max(fast)  # a thinner long-haul link never helps
     assert (tmp_path / "s" / "sweep.csv").exists() and (tmp_path / "s" / "sweep.png").exists()
     data["sweep"] = {"grid": {"b9/spine_up": [1, 2]}}
@@ -287,9 +290,153 @@ def test_cli_failures_and_result_file_permissions(tmp_path):
     run = json.loads((tmp_path / "r" / "run.json").read_text())
     assert job["healthy_step_time_s"] == pytest.approx(run["step_time_s"], rel=1e-12)
     assert result["failures"] == ["b0/border-b1/border down"] and job["disconnected"] == result["failures"]
-    assert job["expected_step_time_s"] is None  # the only failure cuts the job in two: no finite expectation
+    # the only failure cuts the job in two: it is left out of the expectation (and listed), leaving the healthy case
+    assert job["expected_step_time_s"] == pytest.approx(job["healthy_step_time_s"], rel=1e-12)
     assert (tmp_path / "f" / "failures.json").stat().st_mode & 0o777 == 0o644
     assert (tmp_path / "f" / "failures.png").stat().st_mode & 0o777 == 0o644
     del data["failures"]
     path.write_text(yaml.safe_dump(data))
     assert cli.main(["failures", str(path), "--out", str(tmp_path / "g"), "--quiet"]) == 2
+
+
+@pytest.mark.slow
+def test_failures_weigh_probability_and_healthy_weight_as_documented(tmp_path):
+    """gw_regional_ring: expected = (w_h t_h + sum_i p_i t_i) / (w_h + sum_i p_i), hand-computed from the
+    per-scenario times the same run writes, and it moves with failures.probability."""
+    path = os.path.join(HERE, "..", "configs", "gw_regional_ring.yaml")
+    expected = {}
+    for p, w in ((0.5, 1.0), (0.0001, 1.0), (0.5, 3.0)):
+        out = tmp_path / f"{p}-{w}"
+        assert cli.main(["failures", path, "--out", str(out), "--quiet", "--set", f"failures.probability={p}",
+                         "--set", f"failures.healthy_weight={w}"]) == 0
+        job = json.loads((out / "failures.json").read_text())["jobs"]["dp-across-region"]
+        t = list(job["step_time_s"].values())
+        by_hand = (w * job["healthy_step_time_s"] + sum(p * x for x in t)) / (w + p * len(t))
+        assert job["expected_step_time_s"] == pytest.approx(by_hand, rel=1e-12)
+        expected[p, w] = job["expected_step_time_s"]
+    assert expected[0.5, 1.0] > expected[0.5, 3.0] > expected[0.0001, 1.0] * 1.01  # the cuts cost 10-29% each
+
+
+def test_cli_sampled_failures_and_inference_under_failure(tmp_path):
+    """failures.sample draws as resilience.sampled_failures does; each inference service's KV transfer
+    is reported under every draw; the draws carry the healthy cases (healthy_weight 0)."""
+    from flowmodel import resilience
+
+    data = _quickstart()
+    data["failures"] = {"tiers": ["long_haul"], "probability": 0.3, "sample": {"count": 6, "seed": 3}}
+    data["workloads"]["inference"] = [{"name": "serve", "model": dict(data["workloads"]["training"][0]["model"]),
+                                       "prefill": {"first_rank": 0}, "decode": {"first_rank": 8},
+                                       "requests_per_s": 5.0, "prompt_tokens": 1024}]
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert cli.main(["failures", str(path), "--out", str(tmp_path / "s"), "--quiet"]) == 0
+    result = json.loads((tmp_path / "s" / "failures.json").read_text())
+    sc = config.load(str(path))
+    draws = resilience.sampled_failures(scenario.prepare(sc).graph, {"long_haul": 0.3}, 6, seed=3)
+    assert result["failures"] == [d.name for d in draws] and result["healthy_weight"] == 0.0
+    kv = result["inference"]["serve"]
+    assert set(kv["kv_transfer_s"]) == set(result["failures"]) and kv["healthy_kv_transfer_s"] > 0
+    job = result["jobs"]["llm"]
+    ok = [t for t in job["step_time_s"].values() if t is not None]
+    assert job["expected_step_time_s"] == pytest.approx(sum(ok) / len(ok), rel=1e-12)  # equal weights 1 / count
+    with pytest.raises(config.ConfigError, match="failures.healthy_weight: not with failures.sample"):
+        config.parse({**data, "failures": {**data["failures"], "healthy_weight": 1.0}})
+
+
+def test_result_files_record_their_provenance(tmp_path):
+    import jax
+
+    import flowmodel
+
+    out = tmp_path / "p"
+    assert cli.main(["run", QUICKSTART, "--out", str(out), "--quiet", "--set", "fabric.routing.seed=3",
+                     "--set", "workloads.training[0].global_batch=128"]) == 0
+    record = json.loads((out / "run.json").read_text())["provenance"]
+    assert record["flowmodel_version"] == flowmodel.__version__ and record["jax_version"] == jax.__version__
+    assert record["overrides"] == ["fabric.routing.seed=3", "workloads.training[0].global_batch=128"]
+    assert record["config"]["workloads"]["training"][0]["global_batch"] == 128  # resolved after --set
+    assert config.parse(record["config"]) == config.load(QUICKSTART, record["overrides"])  # it re-creates the run
+    assert record["seeds"]["fabric.routing.seed"] == 3
+    assert record["backend"] == jax.default_backend() and record["precision"] == "float64"
+    stages = record["stage_wall_time_s"]
+    assert {"read config", "build fabric", "compile and evaluate"} <= set(stages)
+    assert all(t >= 0 for t in stages.values()) and sum(stages.values()) <= record["wall_time_s"] * (1 + 1e-9)
+    assert sorted(os.listdir(out)) == ["run.json"]  # the lock is gone
+
+
+def test_a_second_command_on_the_same_out_is_refused_until_the_first_ends(tmp_path, capsys):
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "o"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from flowmodel.results import OutputLock; "
+                               f"OutputLock({str(out)!r}).acquire(); print('held', flush=True); time.sleep(120)"],
+                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        capsys.readouterr()
+        assert cli.main(["run", QUICKSTART, "--out", str(out), "--quiet"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"flowmodel: --out {out}: another flowmodel command (pid {holder.pid}) is writing there; "
+                       f"wait for it or choose another --out"]
+        assert not (out / "run.json").exists()
+    finally:
+        holder.send_signal(signal.SIGKILL)  # dies holding it: its lock file stays, the kernel's lock does not
+        holder.wait()
+    assert (out / ".flowmodel.lock").exists()
+    assert cli.main(["run", QUICKSTART, "--out", str(out), "--quiet"]) == 0  # a dead owner never blocks
+    assert sorted(os.listdir(out)) == ["run.json"]
+
+
+def test_ctrl_c_leaves_nothing_half_written(tmp_path, monkeypatch, capsys):
+    from flowmodel import results
+
+    def interrupted(src, dst):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(results.os, "replace", interrupted)  # Ctrl-C as the first result file lands
+    out = tmp_path / "new" / "o"
+    assert cli.main(["run", QUICKSTART, "--out", str(out), "--quiet"]) == 130
+    assert "flowmodel: interrupted" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()  # no temporary file, no lock, no folder it made
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("fabric.sites[0].scale_out.nic_bandwidth", "400",
+     "fabric.sites[0].scale_out.nic_bandwidth: 400: needs a unit, e.g. 400Gbps"),
+    ("fabric.long_haul[0].capacity", "1.6e12", "fabric.long_haul[0].capacity: 1.6e12: needs a unit, e.g. 1.6e12Gbps"),
+    ("fabric.sites[0].scale_up.latency", "1", "fabric.sites[0].scale_up.latency: 1: needs a unit, e.g. 1us"),
+    ("fabric.long_haul[0].length", "'10'", "fabric.long_haul[0].length: 10: needs a unit, e.g. 10km"),
+    ("workloads.training[0].hbm", "80", "workloads.training[0].hbm: 80: needs a unit, e.g. 80GB"),
+])
+def test_a_unitless_physical_quantity_is_refused(key, value, message, tmp_path, capsys):
+    import re
+
+    with pytest.raises(config.ConfigError, match=re.escape(message)):
+        config.load(QUICKSTART, [f"{key}={value}"])
+    capsys.readouterr()
+    assert cli.main(["validate", QUICKSTART, "--set", f"{key}={value}"]) == 2
+    assert message in capsys.readouterr().err
+    data = _quickstart()  # the same in a file
+    data["fabric"]["sites"][0]["scale_out"]["nic_bandwidth"] = 400
+    with pytest.raises(config.ConfigError, match="nic_bandwidth: 400: needs a unit, e.g. 400Gbps"):
+        config.parse(data)
+
+
+def test_plain_numbers_stay_for_ratios_counts_and_zero_and_python_keeps_si_floats():
+    sc = config.load(QUICKSTART, ["fabric.sites[0].scale_out.oversubscription=[1, 4]", "model.step_latency=0"])
+    assert sc.options.step_latency == 0.0
+    from flowmodel import fabric as fb
+
+    assert fb.ScaleUp(size=8, bandwidth=400e9, latency=1e-6).bandwidth == 400e9  # SI floats from Python
+
+
+def test_console_figures_in_config_units_and_residue_as_zero():
+    assert _units.show(50e9, "bytes/s") == "400Gbps" and _units.show(1.4397e12 / 8 * 8, "bytes/s") == "11.5176Tbps"
+    assert _units.show(4.0, "ratio") == "4"
+    assert _units.format_value(-0.0, "time") == "0ns" and _units.format_value(5.55e-17, "time") == "0ns"
+    assert _units.tidy(5.55e-17, 0.6) == 0.0 and _units.tidy(-0.0) == 0.0 and str(_units.tidy(-0.0)) == "0.0"
+    assert _units.tidy(1e-6, 0.6) == 1e-6
+    assert cli._floats({"compute": 0.6, "dp": 5.55e-17, "tp": -0.0}) == {"compute": 0.6, "dp": 0.0, "tp": 0.0}

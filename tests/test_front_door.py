@@ -134,6 +134,8 @@ def test_run_prints_progress_first_and_writes_only_its_own_file(tmp_path, capsys
 
     def check_units(node, path=""):  # every number's key says its unit (or is a count or a ratio)
         for key, value in node.items():
+            if f"{path}.{key}" == ".provenance.config":  # the YAML as written (after --set), units in its values
+                continue
             if isinstance(value, dict):
                 check_units(value, f"{path}.{key}")
             elif isinstance(value, float) and not path.endswith("_s") and not path.endswith("_bytes"):

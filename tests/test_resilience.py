@@ -36,7 +36,8 @@ def test_long_haul_failures_reroute_round_the_ring():
     cut = report.scenarios.index("a/border-b/border down")
     assert report.worst["ab"][0] == report.scenarios[cut]  # losing the job's own link costs most
     assert t[cut] > report.healthy["ab"] * 1.05  # it now crosses 500 km and shares two links
-    assert report.expected["ab"] == pytest.approx(t.mean())
+    # weights 1 (healthy) and 1 per failure: (t_h + sum t_i) / 4
+    assert report.expected["ab"] == pytest.approx((report.healthy["ab"] + t.sum()) / 4)
     assert report.p99["ab"] == pytest.approx(t.max())
     again = rs.evaluate_failures(model, scenarios)
     np.testing.assert_array_equal(again.step_times["ab"], t)  # deterministic
@@ -125,3 +126,20 @@ def test_sampled_independent_failures():
     assert set(report.disconnected["ab"]) == {samples[i].name for i in np.flatnonzero(np.isinf(t))}
     with pytest.raises(ValueError, match=r"probabilities\[core\]: no cable tier or switch kind"):
         rs.sampled_failures(g, {"core": 0.1}, 5)
+
+
+def test_expected_weighs_healthy_and_each_probability_as_the_optimizer_does():
+    model = _model()
+    cuts = [rs.Failure(f.name, cables=f.cables, probability=p)
+            for f, p in zip(rs.single_failures(model.graph, tiers=("long_haul",)), (0.5, 0.01, 0.2))]
+    for w in (2.0, 0.0, 1e-6):
+        report = rs.evaluate_failures(model, cuts, healthy_weight=w)
+        t, t_h = report.step_times["ab"], report.healthy["ab"]
+        by_hand = (w * t_h + 0.5 * t[0] + 0.01 * t[1] + 0.2 * t[2]) / (w + 0.71)
+        assert report.expected["ab"] == pytest.approx(by_hand, rel=1e-12)
+        cases, lost = rs.expected_cases(model, cuts, healthy_weight=w)
+        assert lost == [] and sum(c[0] for c in cases) == pytest.approx(1.0)
+        exact = sum(c[0] * float(c[1].evaluate().step_time) for c in cases)
+        assert exact == pytest.approx(report.expected["ab"], rel=1e-12)  # one expectation, CLI and optimizer
+    with pytest.raises(ValueError, match="healthy_weight: must be >= 0"):
+        rs.evaluate_failures(model, cuts, healthy_weight=-1.0)

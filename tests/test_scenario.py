@@ -101,7 +101,7 @@ WALK = {
     },
     MODEL: {
         "sharpness": ({}, 8.0, 64.0, "smooth"),
-        "step_latency": ({}, 0.0, 1e-4, "step"),
+        "step_latency": ({}, 0.0, "100us", "step"),
         "window": ({}, None, "1MB", "step"),
         "queueing": ({}, False, True, "step"),
         "packet": ({f"{MODEL}.queueing": True}, "1KB", "64KB", "step"),
