@@ -24,6 +24,7 @@ YAML_DEFAULTS = {
     (id(config.TRAINING), "name"): "a YAML job must be named",
     (id(config.MODEL), "name"): "a YAML model mapping may leave out its label",
     (id(config.SCENARIO), "name"): "a YAML scenario may leave out its name",
+    (id(config.OPTIONS), "engine"): "YAML names the engine ('auto'); Options converts the name to Engine.AUTO",
 }
 
 
