@@ -78,7 +78,7 @@ def test_no_engine_name_is_compared_inside_the_kernels():
 def test_evaluate_and_gradient_take_the_sparse_solve_and_equal_host(quickstart, solves):
     host, xla = quickstart["host"], quickstart["xla"]
     want, got = host.evaluate(), xla.evaluate()
-    assert solves == {"dense": 0, "sparse": solves["sparse"]} and solves["sparse"] > 0
+    assert solves["dense"] == 0 and solves["sparse"] > 0
     assert float(got.step_time) == pytest.approx(float(want.step_time), rel=1e-12, abs=0)
     for name, result in want.steps.items():
         for part, value in result.breakdown.items():
