@@ -250,6 +250,9 @@ ROUTING = Section({
     "site_paths": Key("int", "candidate site-level paths between sites"),
     "seed": Key("int", "hash seed of ecmp and qp_scaling"),
     "qps": Key("int", "queue pairs per flow under qp_scaling"),
+    "seeds": Key("int", "hash-routed figures (ecmp, qp_scaling) are evaluated over the seeds seed, seed + 1, ..., "
+                        "in one batch, and reported as mean and spread (`--seeds N` sets it); default 8 in `run` "
+                        "and `failures`, 1 in the search of `optimize`; spray and wcmp have one value"),
 }, target=Routing)
 FABRIC = Section({
     "sites": Key([SITE], "buildings, campuses or regions", REQUIRED),

@@ -60,13 +60,16 @@ from .traffic import Background, Inference, Training
 class Routing:
     """How every workload is routed: the policy (``ecmp``, ``spray``, ``qp_scaling``, ``wcmp``), the
     candidate paths per pair (``max_paths``, ``site_paths`` between sites), the hash ``seed``, and
-    ``qps`` queue pairs per flow under ``qp_scaling`` (it has no effect under other policies)."""
+    ``qps`` queue pairs per flow under ``qp_scaling`` (it has no effect under other policies).
+    ``seeds``: how many seeds (``seed``, ``seed + 1``, ...) a hash-routed figure is evaluated over
+    (``flowmodel.seeds``); None: the command's default (8 for ``run`` and ``failures``)."""
 
     policy: str = "ecmp"
     max_paths: int = 16
     site_paths: int = 2
     seed: int = 0
     qps: int = 4
+    seeds: int | None = None
 
     def __post_init__(self):
         if self.policy not in POLICIES:
@@ -74,6 +77,8 @@ class Routing:
         for key in ("max_paths", "site_paths", "qps"):
             check_number(f"routing.{key}", getattr(self, key), minimum=1, integer=True)
         check_number("routing.seed", self.seed, integer=True)
+        if self.seeds is not None:
+            check_number("routing.seeds", self.seeds, minimum=1, integer=True)
 
 
 @dataclasses.dataclass(frozen=True)

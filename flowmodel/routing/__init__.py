@@ -22,10 +22,12 @@ from ._astra import AstraRouter as AstraRouter
 from ._paths import Candidates as Candidates
 from ._paths import Router as Router
 from ._paths import Unreachable as Unreachable
+from ._policies import HASHED as HASHED
 from ._policies import POLICIES as POLICIES
 from ._policies import SubFlows as SubFlows
 from ._policies import ecmp as ecmp
 from ._policies import qp_scaling as qp_scaling
 from ._policies import route as route
+from ._policies import split as split
 from ._policies import spray as spray
 from ._policies import wcmp as wcmp

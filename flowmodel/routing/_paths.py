@@ -22,6 +22,7 @@ leaf is an ancestor of the other.
 from __future__ import annotations
 
 import bisect
+import copy
 import dataclasses
 import itertools
 import random
@@ -48,6 +49,8 @@ class Candidates:
       first, count: int64[F] flow f's paths are rows ``first[f] : first[f] + count[f]``.
       num_equal: int64[F] how many of them are equal-cost.
       unreachable: int64[U] flows with no path (count 0).
+      sampled: some pair had more paths than ``max_paths`` and the router's seed picked which
+        (False: the candidates are the same under every seed).
     """
 
     src: np.ndarray
@@ -59,6 +62,7 @@ class Candidates:
     count: np.ndarray
     num_equal: np.ndarray
     unreachable: np.ndarray
+    sampled: bool = False
 
     @property
     def num_flows(self) -> int:
@@ -119,6 +123,19 @@ class Router:
         self._site_memo: dict[tuple[str, str], list[tuple[tuple[int, ...], bool]]] = {}
         self._paths_table: _PathTable | None = None  # every node's upward paths, made on first use
         self._common_memo: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}  # by ancestor class pair
+        self._drawn_pairs: set[tuple[int, int]] = set()  # _pair_memo entries the seed sampled
+        self._drew = False  # whether the seed picked candidates since candidates() began
+
+    def reseeded(self, seed: int) -> Router:
+        """This router under another ``seed``: it shares every table that does not depend on the seed
+        (upward paths, path tables, lowest common ancestors, site-level paths, NIC links), built once
+        for both; only the per-pair samples (pairs with more than ``max_paths`` paths) are drawn anew."""
+        self._table()  # built here, so that both routers hold the same tables
+        self._endpoints()
+        _ = self._up
+        other = copy.copy(self)  # the memo dicts are shared: each depends only on the fabric
+        other.seed, other._pair_memo, other._drawn_pairs, other._drew = seed, {}, set(), False
+        return other
 
     @property
     def _up(self) -> dict[int, list[tuple[int, int]]]:
@@ -169,6 +186,7 @@ class Router:
         """``budget`` indices of ``range(total)``, always the same for the same (seed, key)."""
         if total <= budget:
             return list(range(total))
+        self._drew = True
         rng = random.Random("/".join(map(str, (self.seed, *key))))  # str seeds hash with sha512: stable
         return sorted(rng.sample(range(total), budget))
 
@@ -193,7 +211,9 @@ class Router:
         """Candidate link sequences from switch ``a`` to switch ``b`` (NIC links excluded)."""
         key = (a, b)
         if key in self._pair_memo:
+            self._drew |= key in self._drawn_pairs
             return self._pair_memo[key]
+        drew, self._drew = self._drew, False
         if a == b:
             result = ([()], [True])
         else:
@@ -218,6 +238,9 @@ class Router:
             else:
                 result = self._across(a, b)
         self._pair_memo[key] = result
+        if self._drew:
+            self._drawn_pairs.add(key)
+        self._drew |= drew
         return result
 
     def _across(self, a: int, b: int) -> tuple[list[tuple[int, ...]], list[bool]]:
@@ -267,6 +290,7 @@ class Router:
         index = np.arange(owner.size) - np.repeat(np.cumsum(count) - count, count)  # all of a small total
         big = np.flatnonzero(~small)
         if big.size:
+            self._drew = True
             columns = [np.broadcast_to(k, totals.shape)[big].tolist() for k in key]
             names = [f"{self.seed}/" + "/".join(map(str, k)) for k in zip(*columns)] if len(key) != 2 else \
                 [f"{self.seed}/{x}/{y}" for x, y in zip(*columns)]  # str(seed) like _sample's seeds
@@ -430,6 +454,7 @@ class Router:
             raise ValueError(f"unreachable: must be 'raise' or 'report', got {unreachable!r}")
         F = src.size
         alive = (info.gpus[src] >= 0) & (info.gpus[dst] >= 0)
+        self._drew = False
 
         # scale-up pairs: one path inside the domain, else they fall through to the scale-out fabric
         parts = []  # (flow, links [n, w], equal-cost)
@@ -485,7 +510,7 @@ class Router:
         first = np.concatenate([[0], np.cumsum(count)[:-1]])
         num_equal = count if eq.all() else np.bincount(flow[eq], minlength=F).astype(np.int64)
         return Candidates(src=src, dst=dst, links=links[order], flow=flow[order], equal_cost=eq[order],
-                          first=first, count=count, num_equal=num_equal, unreachable=lost)
+                          first=first, count=count, num_equal=num_equal, unreachable=lost, sampled=self._drew)
 
     def _gpu_name(self, rank: int) -> str:
         node = int(self.info.gpus[rank])

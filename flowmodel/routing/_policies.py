@@ -139,6 +139,7 @@ def wcmp(c: Candidates, logits) -> SubFlows:
 
 
 POLICIES = ("ecmp", "spray", "qp_scaling", "wcmp")
+HASHED = ("ecmp", "qp_scaling")  # the policies whose paths a hash of the seed picks
 
 
 def route(router: Router, src, dst, policy: str = "ecmp", *, seed: int = 0, qps: int = 4, logits=None,
@@ -146,7 +147,13 @@ def route(router: Router, src, dst, policy: str = "ecmp", *, seed: int = 0, qps:
     """Candidates for flows ``src -> dst`` (GPU ranks) on ``router``'s fabric, split by ``policy``."""
     if policy not in POLICIES:
         raise ValueError(f"routing.policy: unknown policy {policy!r}; known: {', '.join(POLICIES)}")
-    c = router.candidates(src, dst, unreachable=unreachable)
+    return split(router.candidates(src, dst, unreachable=unreachable), policy, seed=seed, qps=qps, logits=logits)
+
+
+def split(c: Candidates, policy: str = "ecmp", *, seed: int = 0, qps: int = 4, logits=None) -> SubFlows:
+    """The sub-flows ``policy`` makes of candidates ``c`` (the second half of ``route``)."""
+    if policy not in POLICIES:
+        raise ValueError(f"routing.policy: unknown policy {policy!r}; known: {', '.join(POLICIES)}")
     if policy == "ecmp":
         return ecmp(c, seed=seed)
     if policy == "spray":

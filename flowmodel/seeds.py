@@ -1,0 +1,244 @@
+"""Hash-routed figures over several seeds: one prepared model, its routings under seeds s, s+1, ...,
+evaluated as one batch.
+
+ECMP and QP scaling (``routing.HASHED``) pin each flow to one equal-cost path by a hash of the
+seed, so one seed's step time is one draw of the hash collisions: on ``configs/dsf_vs_ecmp.yaml``
+seeds 0-3 give 0.4402, 0.4771, 0.4033 and 0.4771 s. ``over_seeds(model, seeds)`` routes the
+prepared model again under every seed, reusing everything that does not depend on it: placement,
+traffic, schedules, the router's path tables (``Router.reseeded``) and, where no pair has more
+paths than ``max_paths`` (``Candidates.sampled``), the candidate paths themselves; only the hash
+draw is redone. Per routed phase, the seeds' routes are stacked (int32[S, N, H], -1 padded to the
+widest; the sub-flows, their parents and fractions are the same under every seed) and the fleet is
+evaluated in one ``jax.vmap`` over them: one compiled program, whose host-engine solves run the
+seeds on every core. Spray and WCMP draw nothing from the seed (one value).
+
+>>> import jax; jax.config.update("jax_enable_x64", True)
+>>> from flowmodel import config, scenario as sc, seeds
+>>> model = sc.prepare(config.load("configs/dsf_vs_ecmp.yaml"))
+>>> batch = seeds.over_seeds(model, range(4))
+>>> [round(float(t), 4) for t in batch.evaluate().step_time]
+[0.4402, 0.4771, 0.4033, 0.4771]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._programs import Program
+from .fabric import Network
+from .kernels import Incidence, incidence
+from .routing import HASHED, split
+from .scenario import Model, Routing
+from .steptime import FleetResult, Options, RoutedPhase, constant_load, coupling_groups, evaluate_fleet
+from .steptime._training import TrainingPlan
+
+DEFAULT_SEEDS = 8  # what `run` and `failures` evaluate a hash-routed scenario over unless told
+
+
+def hashed(routing: Routing) -> bool:
+    """Whether the routing's paths depend on its seed (ECMP and QP scaling hash it)."""
+    return routing.policy in HASHED
+
+
+def routing_seeds(routing: Routing, default: int = DEFAULT_SEEDS) -> tuple[int, ...]:
+    """The seeds a figure is evaluated over: ``seed, seed + 1, ..., seed + n - 1`` with n =
+    ``routing.seeds`` (``default`` when unset) for a hashed policy, ``(seed,)`` for one that draws
+    nothing from it."""
+    if not hashed(routing):
+        return (routing.seed,)
+    n = default if routing.seeds is None else routing.seeds
+    return tuple(range(routing.seed, routing.seed + n))
+
+
+def describe(routing: Routing, seeds) -> str:
+    """How a figure was obtained, for the console and the result files."""
+    if not hashed(routing):
+        return f"{routing.policy} routing is deterministic: one value"
+    seeds = list(seeds)
+    if len(seeds) == 1:
+        return f"one {routing.policy.upper()} seed ({seeds[0]}); --seeds N gives the spread"
+    return f"mean over {len(seeds)} {routing.policy.upper()} seeds {seeds[0]}-{seeds[-1]}"
+
+
+def statistics(values) -> dict[str, float]:
+    """mean, p5, p50, p95, min and max of ``values`` (percentiles interpolated linearly)."""
+    v = np.asarray(values, np.float64).ravel()
+    p5, p50, p95 = np.percentile(v, [5, 50, 95]) if np.isfinite(v).all() else (np.inf,) * 3
+    return {"mean": float(v.mean()), "p5": float(p5), "p50": float(p50), "p95": float(p95),
+            "min": float(v.min()), "max": float(v.max())}
+
+
+def _map_phases(plan: TrainingPlan, fn: Callable[[str, RoutedPhase], RoutedPhase]) -> TrainingPlan:
+    """``plan`` with every routed phase replaced by ``fn(name, phase)`` (names of ``routed_phases``)."""
+    def per_rank(direction, phases):
+        return [None if ps is None else [fn(f"{direction}[{s}][{i}]", ph) for i, ph in enumerate(ps)]
+                for s, ps in enumerate(phases)]
+
+    return dataclasses.replace(
+        plan, collectives={k: [fn(f"{k}[{i}]", ph) for i, ph in enumerate(v)] for k, v in plan.collectives.items()},
+        pp_forward=per_rank("pp_forward", plan.pp_forward), pp_backward=per_rank("pp_backward", plan.pp_backward),
+        dp=None if plan.dp is None else fn("dp", plan.dp))
+
+
+def _with_routes(rp: RoutedPhase, routes, table: Incidence | None = None) -> RoutedPhase:
+    """``rp`` with other routes for the same sub-flows (and their incidence, for the xla engine)."""
+    if rp.sub is None:
+        return rp
+    out = dataclasses.replace(rp, sub=dataclasses.replace(rp.sub, routes=routes))
+    if table is not None:
+        out.__dict__["incidence"] = table  # the cached_property's slot: a traced table inside the vmap
+    return out
+
+
+def _stack(blocks: list[np.ndarray]) -> np.ndarray:
+    """int32[S, N, H] of the seeds' int[N, H_s] routes, -1 padded to the widest."""
+    width = max(b.shape[1] for b in blocks)
+    out = np.full((len(blocks), blocks[0].shape[0], width), -1, np.int32)
+    for s, b in enumerate(blocks):
+        out[s, :, :b.shape[1]] = b
+    return out
+
+
+def _stacked_incidence(routes: np.ndarray, num_links: int) -> Incidence:
+    """The incidences of every seed's routes, their tables padded to the widest (padding: F, as built)."""
+    tables = [incidence(r, num_links) for r in routes]
+    width = max(t.members.shape[1] for t in tables)
+    F = routes.shape[1]
+    members = np.stack([np.pad(np.asarray(t.members), ((0, 0), (0, width - t.members.shape[1])), constant_values=F)
+                        for t in tables])
+    return Incidence(jnp.asarray(members), jnp.stack([t.degree for t in tables]), F, num_links)
+
+
+class SeedSet:
+    """A prepared model's routings under several seeds, stacked for one batched evaluation.
+
+    ``fleet(network, options)`` is a pure function of the network (jit, vmap, differentiate it) whose
+    results carry a leading seed axis: ``fleet.step_time`` is float[S], ``fleet.steps[job].breakdown``
+    holds float[S] values. ``evaluate`` runs it through a compiled program this object holds. With one
+    seed, the model's own (``Model.fleet``, ``Model.evaluate``) with a seed axis of 1.
+    """
+
+    def __init__(self, model: Model, seeds: Iterable[int]):
+        self.model, self.seeds = model, tuple(int(s) for s in seeds)
+        if not self.seeds:
+            raise ValueError("fabric.routing.seeds: needs at least one seed")
+        r = model.scenario.routing
+        self._programs: dict[Options, Callable] = {}
+        self._tables: tuple | None = None
+        if self.single:
+            return
+        if not hashed(r):
+            raise ValueError(f"fabric.routing.seeds: {r.policy} routing draws nothing from the seed; it has one "
+                             f"value (seeds {list(self.seeds)} asked)")
+        routers = {s: model.router if s == r.seed else model.router.reseeded(s) for s in self.seeds}
+
+        def reroute(rp: RoutedPhase) -> np.ndarray | None:
+            if rp.sub is None:
+                return None
+            blocks, c = [], None
+            for s in self.seeds:
+                if s == r.seed:
+                    blocks.append(np.asarray(rp.sub.routes))
+                    continue
+                if c is None or c.sampled:  # candidates the seed did not pick serve every seed
+                    c = routers[s].candidates(rp.phase.src, rp.phase.dst)
+                sub = split(c, r.policy, seed=s, qps=r.qps)
+                if sub.parent.shape != rp.sub.parent.shape or not np.array_equal(sub.parent, rp.sub.parent):
+                    raise AssertionError("seeds: the sub-flows of a phase differ between seeds")
+                blocks.append(sub.routes)
+            return _stack(blocks)
+
+        self._routes = tuple({name: reroute(ph) for name, ph in _phases(plan)} for plan in model.plans)
+        self._transfer_routes = tuple(reroute(rp) for _, rp in model.transfers)
+        sc = model.scenario
+        if sc.inference or sc.background:  # every seed's constant load (reachability is the same under all)
+            self._fixed = np.stack([model.fixed_load if s == r.seed else
+                                    constant_load(routers[s], sc.inference, sc.background, policy=r.policy, seed=s,
+                                                  qps=r.qps, unreachable="report") for s in self.seeds])
+        else:
+            self._fixed = np.broadcast_to(model.fixed_load, (len(self.seeds), model.fixed_load.size))
+        # the jobs coupled under any seed; jobs coupled under one seed only share no link under the others,
+        # and their sweeps then leave each as it would be alone
+        self.groups = coupling_groups([_map_phases(p, lambda n, ph, rs=rs: _with_routes(ph, rs[n]))
+                                       for p, rs in zip(model.plans, self._routes)], model.network.num_links)
+
+    @property
+    def single(self) -> bool:
+        """One seed, the model's own: evaluated as the model is."""
+        return self.seeds == (self.model.scenario.routing.seed,)
+
+    def __len__(self) -> int:
+        return len(self.seeds)
+
+    def _incidences(self, options: Options):
+        """Per phase, the stacked incidences the xla engine needs (None for the host engine: it reads routes)."""
+        if options.engine.on_host:
+            return None
+        if self._tables is None:
+            L = self.model.network.num_links
+
+            def table(r):
+                return None if r is None else _stacked_incidence(r, L)
+
+            self._tables = (tuple({n: table(r) for n, r in rs.items()} for rs in self._routes),
+                            tuple(table(r) for r in self._transfer_routes))
+        return self._tables
+
+    def _fleet_at(self, routes, transfer_routes, fixed, tables, network: Network, options: Options, logits):
+        m = self.model
+        job_tables, transfer_tables = tables if tables is not None else ((None,) * len(routes), None)
+        plans = [_map_phases(p, lambda n, ph, rs=rs, ts=ts: _with_routes(ph, rs[n], None if ts is None else ts[n]))
+                 for p, rs, ts in zip(m.plans, routes, job_tables)]
+        transfers = tuple((name, _with_routes(rp, r, None if transfer_tables is None else transfer_tables[i]))
+                          for i, ((name, rp), r) in enumerate(zip(m.transfers, transfer_routes)))
+        return evaluate_fleet(plans, network, options, fixed_load=fixed, transfers=transfers, info=m.info,
+                              logits=logits, groups=self.groups)
+
+    def fleet(self, network: Network | None = None, options: Options | None = None, logits=None) -> FleetResult:
+        """Every seed's ``Model.fleet`` at once: each leaf of the result has a leading seed axis."""
+        m = self.model
+        network = m.network if network is None else network
+        options = m.options if options is None else options
+        if self.single:
+            return jax.tree.map(lambda x: jnp.asarray(x)[None], m.fleet(network, options, logits))
+        tables = self._incidences(options)
+        return jax.vmap(lambda r, t, f, tb: self._fleet_at(r, t, f, tb, network, options, logits))(
+            self._routes, self._transfer_routes, self._fixed, tables)
+
+    def evaluate(self, network: Network | None = None, options: Options | None = None) -> FleetResult:
+        """``fleet`` through this set's compiled program for ``options`` (compiled on first use)."""
+        m = self.model
+        if self.single:
+            return jax.tree.map(lambda x: np.asarray(x)[None], m.evaluate(network, options))
+        network = m.network if network is None else network
+        options = m.options if options is None else options
+        from .steptime import residual_capacity
+
+        residual_capacity(network.capacity, self._fixed.max(axis=0), m.info)  # names an overfull link
+        if options not in self._programs:
+            self._programs[options] = Program(lambda net: self.fleet(net, options))
+        return self._programs[options](network)
+
+
+def _phases(plan: TrainingPlan):
+    from .steptime import routed_phases
+
+    return routed_phases(plan).items()
+
+
+def over_seeds(model: Model, seeds: Iterable[int] | None = None) -> SeedSet:
+    """``model``'s routings under ``seeds`` (default: ``routing_seeds`` of its scenario), stacked."""
+    return SeedSet(model, routing_seeds(model.scenario.routing) if seeds is None else seeds)
+
+
+def mean_fleet(batch: FleetResult) -> FleetResult:
+    """A seed-batched result reduced to one: every figure its mean over the seeds; the coupling's
+    iterations and last change their largest, converged only if every seed converged."""
+    mean = jax.tree.map(lambda x: np.mean(np.asarray(x, np.float64), axis=0), (batch.steps, batch.kv_transfer_s))
+    return FleetResult(steps=mean[0], kv_transfer_s=mean[1], iterations=np.max(np.asarray(batch.iterations)),
+                       change=np.max(np.asarray(batch.change)), converged=np.all(np.asarray(batch.converged)))
