@@ -106,9 +106,12 @@ def _stack(blocks: list[np.ndarray]) -> np.ndarray:
 
 def _stacked_incidence(routes: np.ndarray, num_links: int) -> Incidence:
     """The incidences of every seed's routes, their tables padded to the widest (padding: F, as built)."""
-    tables = [incidence(r, num_links) for r in routes]
+    with jax.ensure_compile_time_eval():  # first use may be inside a trace: keep the tables concrete
+        return _stack_tables([incidence(r, num_links) for r in routes], routes.shape[1], num_links)
+
+
+def _stack_tables(tables: list[Incidence], F: int, num_links: int) -> Incidence:
     width = max(t.members.shape[1] for t in tables)
-    F = routes.shape[1]
     members = np.stack([np.pad(np.asarray(t.members), ((0, 0), (0, width - t.members.shape[1])), constant_values=F)
                         for t in tables])
     return Incidence(jnp.asarray(members), jnp.stack([t.degree for t in tables]), F, num_links)
