@@ -84,6 +84,33 @@ def fleet_result(model, fleet) -> dict:
                             "last_change_s": float(fleet.change)}}
 
 
+def seeded_result(model, batch, seeds) -> dict:
+    """run.json's figures over the routing seeds (``flowmodel.seeds``): every figure is its mean over
+    the seeds (``statistic`` says so), each job's and the fleet's step time also with its spread
+    (``step_time_stats_s``: mean, p5, p50, p95, min, max) and its value per seed."""
+    from . import seeds as sd
+
+    result = fleet_result(model, sd.mean_fleet(batch))
+    per_seed = {name: np.asarray(r.step_time, np.float64) for name, r in batch.steps.items()}
+    for name, t in per_seed.items():
+        result["jobs"][name].update(step_time_stats_s=sd.statistics(t), step_time_per_seed_s=t.tolist())
+    head = {"statistic": sd.describe(model.scenario.routing, seeds), "routing_seeds": list(seeds)}
+    if per_seed:  # the fleet's step time under each seed is its slowest job's under that seed
+        fleet = np.max(np.stack(list(per_seed.values())), axis=0)
+        head.update(step_time_s=float(fleet.mean()), step_time_stats_s=sd.statistics(fleet),
+                    step_time_per_seed_s=fleet.tolist())
+    result["kv_transfer_stats_s"] = {n: sd.statistics(v) for n, v in batch.kv_transfer_s.items()}
+    return {"scenario": result.pop("scenario"), **head, **result}
+
+
+def spread_text(stats: dict, statistic: str) -> str:
+    """``(mean over 8 ECMP seeds 0-7; p5 0.4033, p95 0.4771, min 0.4033, max 0.4771)`` for the console."""
+    if stats["min"] == stats["max"] and not statistic.startswith("mean"):
+        return f"({statistic})"
+    return (f"({statistic}; p5 {stats['p5']:.4f}, p95 {stats['p95']:.4f}, min {stats['min']:.4f}, "
+            f"max {stats['max']:.4f})")
+
+
 def _needs(scenario, section: str):
     """The scenario, if it has the section a command works on and a training job to evaluate."""
     if getattr(scenario, section) is None:
@@ -142,7 +169,7 @@ def seeds(scenario) -> dict:
     """Every seed the scenario's results depend on, by key path."""
     if scenario is None:
         return {}
-    out = {"fabric.routing.seed": scenario.routing.seed}
+    out = {"fabric.routing.seed": scenario.routing.seed, "fabric.routing.seeds": scenario.routing.seeds}
     if scenario.optimize is not None:
         out["optimize.seed"] = scenario.optimize.seed
     if scenario.failures is not None and scenario.failures.sample_count is not None:
@@ -200,19 +227,28 @@ def cmd_run(scenario, out: str, quiet: bool) -> dict:
 
         _say(quiet)("plan reliability: fail each kind of element the jobs cross")
         jobs = reliability.plan(model)
+    from .seeds import SeedSet, routing_seeds
+
+    seeds = routing_seeds(scenario.routing)
+    if len(seeds) > 1:
+        _say(quiet)(f"route under {len(seeds)} {scenario.routing.policy} seeds")
+    batch = SeedSet(model, seeds)
     _say(quiet)("compile and evaluate")
-    result = fleet_result(model, model.evaluate())
+    result = seeded_result(model, batch.evaluate(), seeds)
     lines = []
     if jobs is not None:  # time to train under failures, checkpoints and restarts
         _say(quiet)("time to train: checkpoint traffic, expectation and Monte Carlo")
         figures, lines = reliability.report(model, jobs)
-        result.update(figures, units={**result["units"], **reliability.UNITS})
+        result.update(figures, units={**result["units"], **reliability.UNITS}, time_to_train_routing_seed=seeds[0])
     result["wall_time_s"] = time.perf_counter() - t0
     if not quiet:
         for name, job in result["jobs"].items():
-            _table(job["breakdown_s"], f"{name}: step time {job['step_time_s']:.4f} s")
+            _table(job["breakdown_s"], f"{name}: step time {job['step_time_s']:.4f} s "
+                                       f"{spread_text(job['step_time_stats_s'], result['statistic'])}")
         for name, seconds in result["kv_transfer_s"].items():
-            print(f"\n{name}: KV transfer of one request {seconds * 1e3:.2f} ms")
+            kv = result["kv_transfer_stats_s"][name]
+            print(f"\n{name}: KV transfer of one request {seconds * 1e3:.2f} ms"
+                  + (f" (min {kv['min'] * 1e3:.2f}, max {kv['max'] * 1e3:.2f} ms)" if len(seeds) > 1 else ""))
         if lines:
             print("\n" + "\n".join(lines))
     _write_json(os.path.join(out, "run.json"), result)
@@ -493,6 +529,10 @@ COMMANDS = {"run": (cmd_run, "step time of every workload in a scenario"),
             "export-trace": (cmd_export_trace, "write every training job of a scenario as a Chakra execution trace")}
 
 
+# the commands with --seeds, and their default when fabric.routing.seeds is unset
+SEEDED = {"run": "8", "failures": "8", "optimize": "1 in the search, 8 for the reported baseline and result"}
+
+
 OUTPUTS = {"run": ("run.json",), "optimize": ("optimize.json", "optimize_loss.png", "optimize_breakdown.png"),
            "pareto": ("optimize_pareto.json", "optimize_pareto.png"),
            "sweep": ("sweep.json", "sweep.csv", "sweep.png"), "failures": ("failures.json", "failures.png"),
@@ -545,6 +585,11 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", dest="overrides",
                        help="override one key of the file, e.g. workloads.training[0].global_batch=128 "
                             "(repeatable; same units and checks as the file)")
+        if name in SEEDED:
+            p.add_argument("--seeds", default=None, metavar="N",
+                           help="evaluate hash-routed figures (ecmp, qp_scaling) over the N routing seeds seed, "
+                                "seed + 1, ... in one batch and report their mean and spread (fabric.routing.seeds; "
+                                f"default {SEEDED[name]})")
         if name == "optimize":
             p.add_argument("--pareto", type=int, nargs="?", const=17, default=None, metavar="N",
                            help="also write the cost / step-time front: a refined optimum at N budgets (default 17) "
@@ -606,6 +651,8 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if getattr(args, "seeds", None) is not None:  # one key, so the file's checks and its error apply
+        args.overrides = [*args.overrides, f"fabric.routing.seeds={args.seeds}"]
     import jax
 
     from .config import ConfigError, reference
