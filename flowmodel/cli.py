@@ -105,8 +105,10 @@ def seeded_result(model, batch, seeds) -> dict:
 
 def spread_text(stats: dict, statistic: str) -> str:
     """``(mean over 8 ECMP seeds 0-7; p5 0.4033, p95 0.4771, min 0.4033, max 0.4771)`` for the console."""
-    if stats["min"] == stats["max"] and not statistic.startswith("mean"):
+    if not statistic.startswith("mean"):
         return f"({statistic})"
+    if stats["max"] - stats["min"] <= 1e-12 * abs(stats["max"]):
+        return f"(the same under all {statistic.removeprefix('mean over ')})"
     return (f"({statistic}; p5 {stats['p5']:.4f}, p95 {stats['p95']:.4f}, min {stats['min']:.4f}, "
             f"max {stats['max']:.4f})")
 
@@ -404,24 +406,38 @@ def cmd_failures(scenario, out: str, quiet: bool) -> dict:
     from tqdm import tqdm
 
     from . import plots, resilience
+    from .seeds import describe, routing_seeds, statistics
 
     model = _prepare(_needs(scenario, "failures"), quiet)
     scenarios = resilience.failure_scenarios(model)
     weight = scenario.failures.weight_of_healthy
-    _say(quiet)(f"route and evaluate {len(scenarios)} failure scenarios")
+    seeds = routing_seeds(scenario.routing)
+    _say(quiet)(f"route and evaluate {len(scenarios)} failure scenarios"
+                + (f", each under {len(seeds)} {scenario.routing.policy} seeds" if len(seeds) > 1 else ""))
     with tqdm(total=len(scenarios), desc="failures", disable=quiet, leave=False) as bar:
         report = resilience.evaluate_failures(model, scenarios, healthy_weight=weight,
-                                              progress=lambda name: bar.update(1))
+                                              progress=lambda name: bar.update(1), seeds=seeds)
+
+    def spread(name):  # each failure's spread over the seeds, the healthy one's, and the failures inside it
+        inside = report.within_seed_spread(name)
+        return {"healthy_stats_s": statistics(report.healthy_samples[name]),
+                "stats_s": {k: statistics(v) for k, v in zip(report.scenarios, report.samples[name])},
+                "within_seed_spread": [k for k, flag in zip(report.scenarios, inside) if flag]}
+
     jobs = {name: {"healthy_step_time_s": report.healthy[name],
                    "step_time_s": dict(zip(report.scenarios, (float(t) for t in report.step_times[name]))),
                    "expected_step_time_s": report.expected[name], "p99_step_time_s": report.p99[name],
                    "worst": {"scenario": report.worst[name][0], "step_time_s": report.worst[name][1]},
-                   "disconnected": report.disconnected[name]} for name in report.step_times}
+                   "disconnected": report.disconnected[name], **spread(name)} for name in report.step_times}
     services = {name: {"healthy_kv_transfer_s": report.healthy_kv[name],
                        "kv_transfer_s": dict(zip(report.scenarios, (float(t) for t in report.kv_transfer[name]))),
                        "expected_kv_transfer_s": report.expected_kv[name],
-                       "disconnected": report.disconnected[name]} for name in report.kv_transfer}
-    result = {"scenario": scenario.name, "units": UNITS, "failures": report.scenarios,
+                       "disconnected": report.disconnected[name], **spread(name)} for name in report.kv_transfer}
+    statistic = describe(scenario.routing, seeds)
+    result = {"scenario": scenario.name, "units": UNITS, "statistic": statistic, "routing_seeds": list(seeds),
+              "seed_spread": "within_seed_spread lists the failures whose mean lies within the healthy fabric's "
+                             "min..max over the same seeds: a new hash draw alone moves the step time that much",
+              "failures": report.scenarios,
               "probability": {s.name: s.probability for s in scenarios}, "healthy_weight": weight,
               "expected": "(healthy_weight x healthy + sum_i probability_i x t_i) / (healthy_weight + sum_i "
                           "probability_i), over the failures that keep the job connected",
@@ -430,9 +446,18 @@ def cmd_failures(scenario, out: str, quiet: bool) -> dict:
     _write_json(os.path.join(out, "failures.json"), result)
     if not quiet:
         for name, job in jobs.items():
-            print(f"\n{name}: healthy {job['healthy_step_time_s']:.4f} s, expected {job['expected_step_time_s']:.4f} s,"
-                  f" p99 {job['p99_step_time_s']:.4f} s, worst {job['worst']['scenario']}; "
-                  f"{len(job['disconnected'])} scenario(s) disconnect it")
+            worst = job["worst"]["scenario"]
+            print(f"\n{name}: healthy {job['healthy_step_time_s']:.4f} s "
+                  f"{spread_text(job['healthy_stats_s'], statistic)}, expected {job['expected_step_time_s']:.4f} s,"
+                  f" p99 {job['p99_step_time_s']:.4f} s, worst {worst}"
+                  + (f" ({job['worst']['step_time_s']:.4f} s, min {job['stats_s'][worst]['min']:.4f}, max "
+                     f"{job['stats_s'][worst]['max']:.4f})" if len(seeds) > 1 and worst in job["stats_s"] else "")
+                  + f"; {len(job['disconnected'])} scenario(s) disconnect it")
+            if len(seeds) > 1:
+                inside = job["within_seed_spread"]
+                print(f"  {len(inside)} of {len(report.scenarios)} failure(s) within the healthy seed spread (no "
+                      f"effect beyond a new hash draw)" + (": " + ", ".join(inside[:4]) + (", ..." if len(inside) > 4
+                                                                                         else "") if inside else ""))
         for name, service in services.items():
             times = [t for t in service["kv_transfer_s"].values() if np.isfinite(t)]
             print(f"\n{name}: KV transfer healthy {service['healthy_kv_transfer_s'] * 1e3:.2f} ms, expected "

@@ -119,7 +119,9 @@ def sweep_lines(table: dict, names: list[str], output: str, path: str, *, units:
 def failure_bars(jobs: dict[str, dict], path: str, *, top: int = 20) -> None:
     """Per job, its ``top`` worst failures and its expected and p99 step time, as the change against
     its healthy step time (in %, so a 2% slowdown reads as 2 on the axis); one panel per job, each
-    sized to its bars, titles clear of each other (the ``failures`` command's figure)."""
+    sized to its bars, titles clear of each other (the ``failures`` command's figure). Over several
+    routing seeds (a job's ``stats_s``), each bar is the mean with a min-max error bar and the healthy
+    fabric's min-max is a shaded band: a bar inside it is no effect beyond a new hash draw."""
     import numpy as np
 
     plt = new_figure()
@@ -133,10 +135,20 @@ def failure_bars(jobs: dict[str, dict], path: str, *, top: int = 20) -> None:
     for ax, (name, job, worst, times) in zip(axes[:, 0], rows):
         healthy = job["healthy_step_time_s"]
         change = [100.0 * (times[k] / healthy - 1.0) for k in worst[::-1]]
-        bars = ax.barh(range(len(worst)), change, color="#7f7f7f")
+        stats, base = job.get("stats_s", {}), job.get("healthy_stats_s")
+        ranges = [[100.0 * (stats[k][e] / healthy - 1.0) for k in worst[::-1]] for e in ("min", "max")] \
+            if stats and all(k in stats for k in worst) else None
+        error = None if ranges is None else [np.subtract(change, ranges[0]), np.subtract(ranges[1], change)]
+        bars = ax.barh(range(len(worst)), change, color="#7f7f7f", xerr=error,
+                       error_kw={"elinewidth": 0.8, "capsize": 2, "ecolor": "black"})
         ax.set_yticks(range(len(worst)), worst[::-1], fontsize=6)
         ax.bar_label(bars, [f"{c:+.2f}%" for c in change], fontsize=6, padding=2)
-        marks = [0.0] + change
+        marks = [0.0] + change + (ranges[0] + ranges[1] if ranges else [])
+        if base is not None and base["max"] > base["min"]:
+            band = [100.0 * (base[e] / healthy - 1.0) for e in ("min", "max")]
+            ax.axvspan(*band, color="#1f77b4", alpha=0.15, label=f"healthy min-max over seeds ({band[0]:+.2f}% to "
+                                                                 f"{band[1]:+.2f}%)")
+            marks += band
         for value, label, style in ((job["expected_step_time_s"], "expected", "--"),
                                     (job["p99_step_time_s"], "p99", ":")):
             if value is not None and np.isfinite(value):

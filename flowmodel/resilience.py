@@ -125,6 +125,21 @@ class FailureReport:
     kv_transfer: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # service -> float[S] seconds
     healthy_kv: dict[str, float] = dataclasses.field(default_factory=dict)
     expected_kv: dict[str, float] = dataclasses.field(default_factory=dict)
+    # over routing seeds (``evaluate_failures(..., seeds=...)``): the values above are means over them
+    seeds: tuple[int, ...] = ()
+    healthy_samples: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # job or service -> float[N]
+    samples: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # job or service -> float[S, N]
+
+    def within_seed_spread(self, name: str) -> np.ndarray:
+        """bool[S]: the failures whose mean (over the seeds) lies within the healthy fabric's range over
+        the same seeds: a difference a new hash draw alone makes, not an effect of the failure. All
+        False with one seed (no spread to compare with)."""
+        t = self.step_times[name] if name in self.step_times else self.kv_transfer[name]
+        base = self.healthy_samples.get(name)
+        if base is None or base.size < 2 or not np.isfinite(base).all():
+            return np.zeros(t.shape, bool)
+        lo, hi = base.min() * (1 - 1e-9), base.max() * (1 + 1e-9)  # float residue is no difference
+        return np.isfinite(t) & (t >= lo) & (t <= hi)
 
 
 def case_weights(healthy_weight: float, probabilities) -> tuple[float, np.ndarray]:
@@ -184,23 +199,42 @@ def job_step_times(model: Model) -> dict[str, float]:
 
 def _times(model: Model) -> tuple[dict[str, float], dict[str, float]]:
     """(training job -> exact step time, inference service -> KV transfer time); ``inf`` where lost."""
-    steps = {job.name: np.inf for job in model.scenario.training if job.name in model.lost}
-    kv = {inf.name: np.inf for inf in model.scenario.inference if inf.name in model.lost}
+    steps, kv = _seeded_times(model, None)
+    return {k: float(v[0]) for k, v in steps.items()}, {k: float(v[0]) for k, v in kv.items()}
+
+
+def _seeded_times(model: Model, seeds) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """``_times`` under each routing seed (float[N] per job and service; None: the model's own seed),
+    the seeds in one batched evaluation (``seeds.SeedSet``)."""
+    n = 1 if seeds is None else len(seeds)
+    steps = {job.name: np.full(n, np.inf) for job in model.scenario.training if job.name in model.lost}
+    kv = {inf.name: np.full(n, np.inf) for inf in model.scenario.inference if inf.name in model.lost}
     if model.plans or model.transfers:
-        fleet = model.evaluate()
-        steps.update({name: float(r.step_time) for name, r in fleet.steps.items()})
-        kv.update({name: float(v) for name, v in fleet.kv_transfer_s.items()})
+        if seeds is None:
+            fleet = jax.tree.map(lambda x: np.asarray(x)[None], model.evaluate())
+        else:
+            from .seeds import SeedSet
+
+            fleet = SeedSet(model, seeds).evaluate()
+        steps.update({name: np.asarray(r.step_time, np.float64) for name, r in fleet.steps.items()})
+        kv.update({name: np.asarray(v, np.float64) for name, v in fleet.kv_transfer_s.items()})
     return steps, kv
 
 
 def evaluate_failures(model: Model, scenarios: Sequence[Failure], *, healthy_weight: float = 1.0,
-                      progress: Callable[[str], None] | None = None) -> FailureReport:
+                      progress: Callable[[str], None] | None = None,
+                      seeds: Sequence[int] | None = None) -> FailureReport:
     """Step time of every job and KV transfer time of every inference service, healthy (the
     scenario's own evaluation) and under each failure (re-routed), with the expectation
     (w_h t_h + sum_i p_i t_i) / (w_h + sum_i p_i) (``case_weights``; w_h = ``healthy_weight``, p_i each
     failure's probability, failures that disconnect the job left out) and the p99 of that weighted
     distribution. Failures that remove the same elements are evaluated once. ``progress`` is called
-    with each failure's name once it is evaluated."""
+    with each failure's name once it is evaluated.
+
+    With ``seeds`` (routing seeds, ``seeds.routing_seeds``), the healthy fabric and every failure are
+    evaluated under each of them (one batch per fabric): t_h and t_i are then means over the seeds,
+    the report keeps every seed's value (``healthy_samples``, ``samples``), and
+    ``FailureReport.within_seed_spread`` names the failures whose mean a new hash draw alone could give."""
     if not scenarios:
         raise ValueError("scenarios: none given")
     probs = np.array([s.probability for s in scenarios], np.float64)
@@ -210,22 +244,26 @@ def evaluate_failures(model: Model, scenarios: Sequence[Failure], *, healthy_wei
         raise ValueError(f"healthy_weight: must be >= 0 and finite, got {healthy_weight!r}")
     jobs = [job.name for job in model.scenario.training]
     services = [inf.name for inf in model.scenario.inference]
-    healthy, healthy_kv = _times(model)
+    healthy_runs, healthy_kv_runs = _seeded_times(model, seeds)
+    healthy = {k: float(v.mean()) for k, v in healthy_runs.items()}
+    healthy_kv = {k: float(v.mean()) for k, v in healthy_kv_runs.items()}
+    n = 1 if seeds is None else len(seeds)
     names = [s.name for s in scenarios]
-    per_job = {name: np.empty(len(scenarios)) for name in jobs}
-    per_kv = {name: np.empty(len(scenarios)) for name in services}
+    runs = {name: np.empty((len(scenarios), n)) for name in jobs + services}
     seen: dict = {}
     for i, s in enumerate(scenarios):
         key = (s.cables, s.switches, s.sites, s.degrade)
-        if key not in seen:
-            seen[key] = _times(failed(model, s))
+        if key not in seen:  # a draw that fails nothing is the healthy fabric, already evaluated
+            seen[key] = (healthy_runs, healthy_kv_runs) if not any(key) else _seeded_times(failed(model, s), seeds)
         steps, kv = seen[key]
         for name in jobs:
-            per_job[name][i] = steps[name]
+            runs[name][i] = steps[name]
         for name in services:
-            per_kv[name][i] = kv[name]
+            runs[name][i] = kv[name]
         if progress is not None:
             progress(s.name)
+    per_job = {name: runs[name].mean(axis=1) for name in jobs}
+    per_kv = {name: runs[name].mean(axis=1) for name in services}
     expected, p99, worst, lost = {}, {}, {}, {}
     for name, t in per_job.items():
         ok = np.isfinite(t)
@@ -238,7 +276,7 @@ def evaluate_failures(model: Model, scenarios: Sequence[Failure], *, healthy_wei
         lost[name] = [names[i] for i in np.flatnonzero(~np.isfinite(t))]
         expected_kv[name] = _summary(healthy_kv[name], t, probs, healthy_weight)[0]
     return FailureReport(names, per_job, healthy, expected, p99, worst, lost, healthy_weight, per_kv, healthy_kv,
-                         expected_kv)
+                         expected_kv, tuple(seeds or ()), {**healthy_runs, **healthy_kv_runs}, runs)
 
 
 def degraded_step_times(model: Model, masks) -> jax.Array:
