@@ -274,7 +274,14 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
     _check_groups(model, [k.group for k in o.knobs], lambda i, g: f"optimize.knobs[{i}].group")
     space = optimize.Space(model.info, o.knobs, o.cost)
     baseline_values = {k.group: model.info.groups[k.group].value for k in o.knobs}
-    objective, exact, gradient = planning_objective(model, o.objective, kv_weight=o.kv_weight, search=o.search)
+    from .seeds import SeedSet, describe, mean_fleet, routing_seeds, statistics
+
+    # the search runs on fabric.routing.seeds (default: its one seed); the report adds the spread over 8
+    search_seeds = routing_seeds(scenario.routing, default=1) if o.objective in ("step_time", "throughput") \
+        else (scenario.routing.seed,)
+    report_seeds = max(search_seeds, routing_seeds(scenario.routing), key=len)
+    objective, exact, gradient = planning_objective(model, o.objective, kv_weight=o.kv_weight, search=o.search,
+                                                    seeds=search_seeds)
     _say(quiet)(f"compile the search ({o.objective}, {o.search} rates)")
     with tqdm(total=o.steps * o.restarts, desc="optimize", disable=quiet, leave=False) as bar:
         res = optimize.minimize(objective, model.network, space, exact=exact, budget=o.budget, steps=o.steps,
@@ -285,11 +292,25 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
     _say(quiet)("round to allowed values, polish and certify on the exact model")
     done = optimize.finish(res, model.network, space, exact, budget=o.budget, gradient=gradient, progress=not quiet)
     res = done.result
-    before, after = model.evaluate(), model.evaluate(res.network, logits=res.logits)
+    # the searched seeds' figures (their mean), then every reported seed's (default 8) for the spread
+    _say(quiet)(f"evaluate baseline and result under {len(report_seeds)} routing seed(s)")
+    searched_set = SeedSet(model, search_seeds)
+    runs = [searched_set.evaluate(net, logits=lg) for net, lg in ((None, None), (res.network, res.logits))]
+    before, after = (mean_fleet(r) for r in runs)
+    mean_step = [float(np.mean(np.asarray(r.step_time))) for r in runs]  # the fleet's: its slowest job per seed
+    if report_seeds != search_seeds:
+        reported = SeedSet(model, report_seeds)
+        runs = [reported.evaluate(net, logits=lg) for net, lg in ((None, None), (res.network, res.logits))]
+    spread = {"statistic": describe(scenario.routing, report_seeds), "routing_seeds": list(report_seeds)}
+    for k, r in zip(("baseline", "optimized"), runs):
+        spread[f"{k}_step_time_stats_s"] = statistics(np.asarray(r.step_time))
+        spread[f"{k}_job_step_time_stats_s"] = {n: statistics(np.asarray(j.step_time)) for n, j in r.steps.items()}
     result = {"scenario": scenario.name, "units": UNITS, "objective": o.objective, "search_rates": o.search,
+              "search_seeds": list(search_seeds), "search_statistic": describe(scenario.routing, search_seeds),
               "baseline_objective": res.baseline, "optimized_objective": res.optimized,
               "searched_objective": searched,
-              "baseline_step_time_s": float(before.step_time), "optimized_step_time_s": float(after.step_time),
+              "baseline_step_time_s": mean_step[0], "optimized_step_time_s": mean_step[1],
+              "over_seeds": spread,
               "baseline_job_step_times_s": {n: float(r.step_time) for n, r in before.steps.items()},
               "optimized_job_step_times_s": {n: float(r.step_time) for n, r in after.steps.items()},
               "parameters": res.parameters,
@@ -306,7 +327,10 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
                      exact={"baseline (exact)": res.baseline, "search end (exact)": searched,
                             "refined (exact)": res.optimized})
     plots.breakdown_bars({"baseline": result["baseline_breakdown_s"], "optimized": result["optimized_breakdown_s"]},
-                         os.path.join(out, "optimize_breakdown.png"))
+                         os.path.join(out, "optimize_breakdown.png"),
+                         spread=None if len(report_seeds) == 1 else
+                         {k: spread[f"{k}_step_time_stats_s"] for k in ("baseline", "optimized")},
+                         spread_label=f"min-max, {spread['statistic'].removeprefix('mean over ')}")
     _write_json(os.path.join(out, "optimize.json"), result)
     front = None
     if pareto:
@@ -326,6 +350,12 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
         print(f"{scenario.name}: {OBJECTIVE_LABELS[o.objective]} {res.baseline:.4f} s -> {res.optimized:.4f} s "
               f"({res.optimized / res.baseline - 1:+.1%}), cost {res.cost:.6g}"
               + (f" of budget {o.budget:.6g}" if o.budget is not None else ""))
+        if len(report_seeds) > 1:
+            b, a = spread["baseline_step_time_stats_s"], spread["optimized_step_time_stats_s"]
+            print(f"  step time over {spread['statistic'].removeprefix('mean over ')}: {b['mean']:.4f} s (min "
+                  f"{b['min']:.4f}, max {b['max']:.4f}) -> {a['mean']:.4f} s (min {a['min']:.4f}, max {a['max']:.4f});"
+                  + (f" searched on seed {search_seeds[0]} only (--seeds N searches the mean over N)"
+                     if len(search_seeds) == 1 else " searched on their mean"))
         if len(before.steps) > 1:
             print("  jobs: " + ", ".join(f"{n} {result['baseline_job_step_times_s'][n]:.4f} -> {t:.4f} s"
                                          for n, t in result["optimized_job_step_times_s"].items()))

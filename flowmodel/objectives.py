@@ -32,14 +32,20 @@ class Objective(NamedTuple):
 
 
 def planning_objective(model: Model, objective: str = "step_time", *, kv_weight: float = 0.0,
-                       search: str = "smooth") -> Objective:
+                       search: str = "smooth", seeds=None) -> Objective:
     """The functions ``optimize.minimize`` and ``optimize.finish`` need for ``objective`` on ``model``;
-    an error names the key or the section it needs."""
+    an error names the key or the section it needs. ``seeds``: routing seeds whose mean ``step_time``
+    and ``throughput`` are (``seeds.SeedSet.objective``; default, and for ``expected`` and
+    ``time_to_train``: the model's own seed)."""
     sc = model.scenario
     if objective not in OBJECTIVES:
         raise ValueError(f"optimize.objective: unknown objective {objective!r}; known: {', '.join(OBJECTIVES)}")
     if search not in SEARCHES:
         raise ValueError(f"optimize.search: must be smooth or exact, got {search!r}")
+    if objective in ("step_time", "throughput") and seeds is not None and len(seeds) > 1:
+        from .seeds import SeedSet
+
+        return Objective(*SeedSet(model, seeds).objective(objective=objective, kv_weight=kv_weight, search=search))
     if objective in ("step_time", "throughput"):
         during, exact = model.objective(objective=objective, kv_weight=kv_weight, search=search)
         return Objective(during, exact, model.objective(objective=objective, kv_weight=kv_weight, search="exact")[0])

@@ -45,9 +45,12 @@ def loss_curve(history, path: str, *, exact: dict[str, float] | None = None) -> 
     plt.close(fig)
 
 
-def breakdown_bars(breakdowns: dict[str, dict[str, float]], path: str) -> None:
+def breakdown_bars(breakdowns: dict[str, dict[str, float]], path: str, *, spread: dict[str, dict] | None = None,
+                   spread_label: str = "min-max over seeds") -> None:
     """Stacked bars of step-time breakdowns, one bar per label (e.g. baseline, optimized); each
-    component keeps its colour (``COMPONENT_COLOURS``) and the legend sits outside the bars."""
+    component keeps its colour (``COMPONENT_COLOURS``) and the legend sits outside the bars.
+    ``spread``: per label, statistics of the step time over routing seeds (``min``, ``max``), drawn
+    as an error bar over the bar."""
     plt = new_figure()
     fig, ax = plt.subplots(figsize=(6, 3.4))
     labels = list(breakdowns)
@@ -58,6 +61,11 @@ def breakdown_bars(breakdowns: dict[str, dict[str, float]], path: str) -> None:
         values = [breakdowns[label].get(part, 0.0) for label in labels]
         ax.bar(labels, values, bottom=bottom, label=part, color=COMPONENT_COLOURS.get(part))
         bottom = [b + v for b, v in zip(bottom, values)]
+    if spread:
+        x = [i for i, label in enumerate(labels) if label in spread]
+        lo, hi = ([spread[labels[i]][e] for i in x] for e in ("min", "max"))
+        ax.vlines(x, lo, hi, color="black", linewidth=1.2, label=spread_label)
+        ax.plot(x + x, lo + hi, linestyle="none", marker="_", markersize=10, color="black")
     ax.set_ylabel("seconds per step")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     save_figure(fig, path)

@@ -34,7 +34,16 @@ from .fabric import Network
 from .kernels import Incidence, incidence
 from .routing import HASHED, split
 from .scenario import Model, Routing
-from .steptime import FleetResult, Options, RoutedPhase, constant_load, coupling_groups, evaluate_fleet
+from .steptime import (
+    FleetResult,
+    Options,
+    RoutedPhase,
+    constant_load,
+    coupling_groups,
+    evaluate_fleet,
+    residual_capacity,
+    routed_phases,
+)
 from .steptime._training import TrainingPlan
 
 DEFAULT_SEEDS = 8  # what `run` and `failures` evaluate a hash-routed scenario over unless told
@@ -156,7 +165,7 @@ class SeedSet:
                 blocks.append(sub.routes)
             return _stack(blocks)
 
-        self._routes = tuple({name: reroute(ph) for name, ph in _phases(plan)} for plan in model.plans)
+        self._routes = tuple({name: reroute(ph) for name, ph in routed_phases(plan).items()} for plan in model.plans)
         self._transfer_routes = tuple(reroute(rp) for _, rp in model.transfers)
         sc = model.scenario
         if sc.inference or sc.background:  # every seed's constant load (reachability is the same under all)
@@ -213,25 +222,34 @@ class SeedSet:
         return jax.vmap(lambda r, t, f, tb: self._fleet_at(r, t, f, tb, network, options, logits))(
             self._routes, self._transfer_routes, self._fixed, tables)
 
-    def evaluate(self, network: Network | None = None, options: Options | None = None) -> FleetResult:
+    def evaluate(self, network: Network | None = None, options: Options | None = None, logits=None) -> FleetResult:
         """``fleet`` through this set's compiled program for ``options`` (compiled on first use)."""
         m = self.model
         if self.single:
-            return jax.tree.map(lambda x: np.asarray(x)[None], m.evaluate(network, options))
+            return jax.tree.map(lambda x: np.asarray(x)[None], m.evaluate(network, options, logits))
         network = m.network if network is None else network
         options = m.options if options is None else options
-        from .steptime import residual_capacity
-
         residual_capacity(network.capacity, self._fixed.max(axis=0), m.info)  # names an overfull link
         if options not in self._programs:
-            self._programs[options] = Program(lambda net: self.fleet(net, options))
-        return self._programs[options](network)
+            self._programs[options] = Program(lambda net, lg: self.fleet(net, options, lg))
+        return self._programs[options](network, logits)
 
+    def objective(self, options: Options | None = None, *, objective: str = "step_time", kv_weight: float = 0.0,
+                  search: str = "smooth") -> tuple[Callable, Callable, Callable]:
+        """``Model.objective`` over the seeds: (search, exact, differentiable exact) functions of
+        (network, logits), each the mean over the seeds of ``Model.score``."""
+        m = self.model
+        options = m.options if options is None else options
+        if search not in ("smooth", "exact"):
+            raise ValueError(f"optimize.search: must be smooth or exact, got {search!r}")
+        during, exact = (options.relaxed() if search == "smooth" else options.exact()), options.exact()
 
-def _phases(plan: TrainingPlan):
-    from .steptime import routed_phases
+        def mean(fleet):
+            return jnp.mean(m.score(fleet, objective, kv_weight))
 
-    return routed_phases(plan).items()
+        return (lambda net, lg: mean(self.fleet(net, during, lg)),
+                lambda net, lg: float(mean(self.evaluate(net, exact, lg))),
+                lambda net, lg: mean(self.fleet(net, exact, lg)))
 
 
 def over_seeds(model: Model, seeds: Iterable[int] | None = None) -> SeedSet:
