@@ -379,22 +379,35 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
     return result
 
 
-def sweep_evaluation(model):
+def sweep_evaluation(model, batch=None):
     """The sweep's function of one point (link group -> value): the scenario's exact step time and
-    the slowest job's breakdown, on the network with those groups set."""
+    the slowest job's breakdown, on the network with those groups set. With ``batch`` (a
+    ``seeds.SeedSet`` of several seeds) each is the mean over the seeds (the slowest job under each),
+    beside the step time's min and max over them."""
     import jax.numpy as jnp
 
     from . import fabric
 
     options = model.options.exact()
+    seeded = batch is not None and len(batch) > 1
 
     def evaluate(point):
-        fleet = model.fleet(fabric.apply_groups(model.network, model.info, point), options)
+        net = fabric.apply_groups(model.network, model.info, point)
+        fleet = batch.fleet(net, options) if seeded else model.fleet(net, options)
         steps = list(fleet.steps.values())
-        times = jnp.stack([r.step_time for r in steps])
-        slowest = jnp.argmax(times)
-        parts = {k: jnp.stack([jnp.asarray(r.breakdown[k]) for r in steps])[slowest] for k in steps[0].breakdown}
-        return {"step_time_s": times[slowest], **{f"{k}_s": v for k, v in parts.items()}}
+        times = jnp.stack([r.step_time for r in steps])  # [jobs] or [jobs, seeds]
+        slowest = jnp.argmax(times, axis=0)
+
+        def pick(values):  # the slowest job's value (under each seed)
+            return jnp.take_along_axis(values, slowest[None], axis=0)[0] if seeded else values[slowest]
+
+        parts = {k: pick(jnp.stack([jnp.asarray(r.breakdown[k]) for r in steps])) for k in steps[0].breakdown}
+        out = {"step_time_s": pick(times), **{f"{k}_s": v for k, v in parts.items()}}
+        if not seeded:
+            return out
+        t = out.pop("step_time_s")
+        return {"step_time_s": t.mean(), "step_time_min_s": t.min(), "step_time_max_s": t.max(),
+                **{k: v.mean() for k, v in out.items()}}
 
     return evaluate
 
@@ -405,27 +418,36 @@ COLUMN_SUFFIX = {"bytes/s": "_Bps", "ratio": "_ratio"}  # sweep.csv / sweep.json
 def cmd_sweep(scenario, out: str, quiet: bool) -> dict:
     from . import plots, sweep
     from ._units import show
+    from .seeds import SeedSet, describe, routing_seeds
 
     model = _prepare(_needs(scenario, "sweep"), quiet)
     axes = scenario.sweep.axes
     _check_groups(model, list(axes), lambda i, g: f"sweep.grid.{g}")
     points = sweep.grid(**axes)
-    _say(quiet)(f"compile and evaluate {len(next(iter(points.values())))} points")
+    seeds = routing_seeds(scenario.routing, default=int(SEEDED["sweep"]))
+    _say(quiet)(f"compile and evaluate {len(next(iter(points.values())))} points"
+                + (f", each under {len(seeds)} {scenario.routing.policy} seeds" if len(seeds) > 1 else ""))
     how: dict = {}
-    table = sweep.sweep(sweep_evaluation(model), points, chunk=scenario.sweep.chunk, progress=not quiet,
-                        batching=scenario.sweep.batching, info=how)
+    table = sweep.sweep(sweep_evaluation(model, SeedSet(model, seeds)), points, chunk=scenario.sweep.chunk,
+                        progress=not quiet, batching=scenario.sweep.batching, info=how)
     names = list(axes)
     units = {n: model.info.groups[n].unit for n in names}
-    plots.sweep_lines(table, names, "step_time_s", os.path.join(out, "sweep.png"), units=units)
+    plots.sweep_lines(table, names, "step_time_s", os.path.join(out, "sweep.png"), units=units,
+                      band=("step_time_min_s", "step_time_max_s") if len(seeds) > 1 else None)
     columns = {f"{n}{COLUMN_SUFFIX.get(units[n], '')}" if n in units else n: v for n, v in table.items()}
     csv_path, json_path = sweep.write_table(columns, out, meta={"scenario": scenario.name, "units": UNITS,
                                                                 "parameter_units": units, "batching": how,
+                                                                "statistic": describe(scenario.routing, seeds),
+                                                                "routing_seeds": list(seeds),
                                                                 "provenance": provenance()})
     if not quiet:
         best = int(np.argmin(table["step_time_s"]))
         at = ", ".join(f"{n} = {show(table[n][best], units[n])}" for n in names)
         print(f"{scenario.name}: {len(table['step_time_s'])} points; best step time "
-              f"{table['step_time_s'][best]:.4f} s at {at}")
+              f"{table['step_time_s'][best]:.4f} s at {at}"
+              + f" ({describe(scenario.routing, seeds)}"
+              + (f": min {table['step_time_min_s'][best]:.4f}, max {table['step_time_max_s'][best]:.4f})"
+                 if len(seeds) > 1 else ")"))
         if "vmap_s_per_point" in how:
             print(f"  batching: {how['batching']} (measured on {how['probe_points']} points: vmap "
                   f"{how['vmap_s_per_point']:.3g} s, loop {how['loop_s_per_point']:.3g} s per point)")
@@ -585,7 +607,8 @@ COMMANDS = {"run": (cmd_run, "step time of every workload in a scenario"),
 
 
 # the commands with --seeds, and their default when fabric.routing.seeds is unset
-SEEDED = {"run": "8", "failures": "8", "optimize": "1 in the search, 8 for the reported baseline and result"}
+SEEDED = {"run": "8", "failures": "8", "sweep": "8",
+          "optimize": "1 in the search, 8 for the reported baseline and result"}
 
 
 OUTPUTS = {"run": ("run.json",), "optimize": ("optimize.json", "optimize_loss.png", "optimize_breakdown.png"),

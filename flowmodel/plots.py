@@ -86,9 +86,11 @@ def _geometric(values) -> bool:
     return v.size >= 3 and (v > 0).all() and np.allclose(np.diff(np.log(v)), np.log(v[1] / v[0]), rtol=1e-6)
 
 
-def sweep_lines(table: dict, names: list[str], output: str, path: str, *, units: dict[str, str] | None = None) -> None:
+def sweep_lines(table: dict, names: list[str], output: str, path: str, *, units: dict[str, str] | None = None,
+                band: tuple[str, str] | None = None) -> None:
     """``output`` against the first swept parameter (in Gbps for capacities; log axis when the grid
-    is geometric), one line per value of the others, each with its own marker and line style."""
+    is geometric), one line per value of the others, each with its own marker and line style;
+    ``band``: the (low, high) columns shaded around each line (the min-max over routing seeds)."""
     import numpy as np
 
     plt = new_figure()
@@ -108,8 +110,12 @@ def sweep_lines(table: dict, names: list[str], output: str, path: str, *, units:
         for col, v in zip(others, key):
             mask &= col == v
         label = ", ".join(f"{n} = {_value(v / scaled(n)[0], scaled(n)[1])}" for n, v in zip(names[1:], key)) or None
-        ax.plot(x[mask], np.asarray(table[output])[mask], marker=markers[i % len(markers)],
-                linestyle=styles[i % len(styles)], markersize=5, label=label)
+        (line,) = ax.plot(x[mask], np.asarray(table[output])[mask], marker=markers[i % len(markers)],
+                          linestyle=styles[i % len(styles)], markersize=5, label=label)
+        if band is not None:
+            order = np.argsort(x[mask])
+            ax.fill_between(x[mask][order], np.asarray(table[band[0]])[mask][order],
+                            np.asarray(table[band[1]])[mask][order], color=line.get_color(), alpha=0.15, linewidth=0)
     if _geometric(x):
         ax.set_xscale("log")
         ax.set_xticks(np.unique(x), [f"{v:g}" for v in np.unique(x)])
