@@ -100,7 +100,7 @@ def seeded_result(model, batch, seeds) -> dict:
         head.update(step_time_s=float(fleet.mean()), step_time_stats_s=sd.statistics(fleet),
                     step_time_per_seed_s=fleet.tolist())
     result["kv_transfer_stats_s"] = {n: sd.statistics(v) for n, v in batch.kv_transfer_s.items()}
-    return {"scenario": result.pop("scenario"), **head, **result}
+    return {"scenario": result.pop("scenario"), **head, **{k: v for k, v in result.items() if k not in head}}
 
 
 def spread_text(stats: dict, statistic: str) -> str:

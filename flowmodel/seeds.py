@@ -219,8 +219,8 @@ class SeedSet:
         if self.single:
             return jax.tree.map(lambda x: jnp.asarray(x)[None], m.fleet(network, options, logits))
         tables = self._incidences(options)
-        return jax.vmap(lambda r, t, f, tb: self._fleet_at(r, t, f, tb, network, options, logits))(
-            self._routes, self._transfer_routes, self._fixed, tables)
+        stacked = jax.tree.map(jnp.asarray, (self._routes, self._transfer_routes, self._fixed))  # canonical arrays
+        return jax.vmap(lambda r, t, f, tb: self._fleet_at(r, t, f, tb, network, options, logits))(*stacked, tables)
 
     def evaluate(self, network: Network | None = None, options: Options | None = None, logits=None) -> FleetResult:
         """``fleet`` through this set's compiled program for ``options`` (compiled on first use)."""
