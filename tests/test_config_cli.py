@@ -227,6 +227,11 @@ def test_cli_optimize(tmp_path):
     assert result["parameters"]["b0/spine_up"]["unit"] == "ratio"
     assert result["parameters"]["b0/spine_up"]["value"] in (1, 2, 4, 8)
     assert len(result["history"]) == 15
+    # searched on the one seed, reported over the default 8 with their spread
+    assert result["search_seeds"] == [0] and result["over_seeds"]["routing_seeds"] == list(range(8))
+    for k in ("baseline", "optimized"):
+        stats = result["over_seeds"][f"{k}_step_time_stats_s"]
+        assert stats["min"] <= result[f"{k}_step_time_s"] <= stats["max"] and stats["min"] <= stats["mean"]
     assert (tmp_path / "o" / "optimize_loss.png").stat().st_size > 0
     assert (tmp_path / "o" / "optimize_breakdown.png").exists()
 
@@ -244,6 +249,8 @@ def test_cli_sweep(tmp_path):
     assert all(k.endswith(tuple(cli.UNITS)) for k in rows[0])
     assert (tmp_path / "s" / "sweep.csv").read_text().splitlines()[0].split(",") == list(rows[0])
     assert len(rows) == 4 and {r["long_haul/b0-b1_Bps"] for r in rows} == {25e9, 200e9}
+    assert table["routing_seeds"] == list(range(8))  # each point the mean over the seeds, with its range
+    assert all(r["step_time_min_s"] <= r["step_time_s"] <= r["step_time_max_s"] for r in rows)
     slow = [r["step_time_s"] for r in rows if r["long_haul/b0-b1_Bps"] == 25e9]
     fast = [r["step_time_s"] for r in rows if r["long_haul/b0-b1_Bps"] == 200e9]
     assert min(slow) > max(fast)  # a thinner long-haul link never helps

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import yaml
 
-from flowmodel import cli, config, optimize, resilience, scenario, sweep
+from flowmodel import cli, config, optimize, resilience, scenario, seeds, sweep
 from flowmodel.steptime import Options
 
 HERE = os.path.dirname(__file__)
@@ -40,6 +40,26 @@ def _commands_agree(name):
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in LARGE else n for n in SHIPPED])
 def test_every_command_evaluates_the_same_step_time(name):
     _commands_agree(name)
+
+
+@pytest.mark.slow
+def test_every_command_evaluates_the_same_mean_over_seeds():
+    """run, sweep, the optimizer's exact objective and the failures' healthy case, over ECMP seeds 0-3."""
+    from flowmodel.objectives import planning_objective
+
+    model = scenario.prepare(config.load(os.path.join(CONFIGS, "dsf_vs_ecmp.yaml")))
+    batch = seeds.over_seeds(model, range(4))
+    run = cli.seeded_result(model, batch.evaluate(), batch.seeds)["step_time_s"]
+    group = next(iter(model.info.groups))
+    point = sweep.grid(**{group: [model.info.groups[group].value]})
+    swept = float(sweep.sweep(cli.sweep_evaluation(model, batch), point)["step_time_s"][0])
+    baseline = planning_objective(model, "step_time", seeds=batch.seeds).exact(model.network, None)
+    nothing = resilience.Failure("nothing fails")  # a healthy draw: the healthy case's own figures
+    healthy = resilience.evaluate_failures(model, [nothing], seeds=batch.seeds).healthy["dp-heavy"]
+    values = {"run": run, "sweep": swept, "optimize baseline": baseline, "failures healthy": healthy}
+    for what, v in values.items():
+        assert v == pytest.approx(run, rel=1e-9, abs=0), (what, values)
+    assert run != pytest.approx(float(model.evaluate().step_time), rel=1e-3)  # the mean is not seed 0's value
 
 
 def test_every_shipped_config_is_checked():
@@ -98,6 +118,7 @@ WALK = {
         "site_paths": "two buildings joined by one link: there is one site-level path",
         "seed": ({"fabric.long_haul[0].capacity": "25.6Tbps"}, 0, 3, "step"),  # collisions in the Clos matter
         "qps": ({f"{ROUTING}.policy": "qp_scaling"}, 1, 8, "step"),
+        "seeds": ({"fabric.long_haul[0].capacity": "25.6Tbps"}, 1, 4, "mean"),  # the mean over seeds 0-3
     },
     MODEL: {
         "sharpness": ({}, 8.0, 64.0, "smooth"),
@@ -184,6 +205,8 @@ def _measure_now(data, what):
     model = scenario.prepare(config.parse(data))
     if what == "smooth":
         return float(model.step_time(options=model.options.relaxed()))
+    if what == "mean":  # what the commands report: the mean over the routing seeds
+        return float(np.mean(seeds.over_seeds(model).fleet().step_time))
     fleet = model.fleet()  # eager: the kernels compile once per shape, not one program per case
     return float(fleet.step_time) if what == "step" else float(fleet.kv_transfer_s["serve"])
 
