@@ -176,8 +176,9 @@ class SeedSet:
             self._fixed = np.broadcast_to(model.fixed_load, (len(self.seeds), model.fixed_load.size))
         # the jobs coupled under any seed; jobs coupled under one seed only share no link under the others,
         # and their sweeps then leave each as it would be alone
-        self.groups = coupling_groups([_map_phases(p, lambda n, ph, rs=rs: _with_routes(ph, rs[n]))
-                                       for p, rs in zip(model.plans, self._routes)], model.network.num_links)
+        self.groups = model.groups if len(model.plans) < 2 else coupling_groups(
+            [_map_phases(p, lambda n, ph, rs=rs: _with_routes(ph, rs[n])) for p, rs in zip(model.plans, self._routes)],
+            model.network.num_links)
 
     @property
     def single(self) -> bool:
