@@ -15,8 +15,10 @@ JAX, compiled programs): 1.7x multi_building_129k's measured peak, so a run it l
 margin for larger routes and solver state. A gradient search holds far more: ``flowmodel optimize``
 peaks at 873 MB on the quickstart and had reached 13.5 GB on llama3_24k (one knob, 3 steps; still
 running after 400 s), 44 KB per element, so with ``gradients`` the estimate takes 64 KiB per element
-on a 1 GB base. The check refuses what is estimated to need more than is free; it cannot promise
-that what it lets through fits (a sweep's vmapped points are not counted).
+on a 1 GB base. Evaluated over S routing seeds at once (``flowmodel.seeds``), every flow counts S
+times: multi_building_129k's run peaks at 2,480 MB with 8 seeds (500 bytes more per flow and extra
+seed), against an estimate of 4.7 GB. The check refuses what is estimated to need more than is free;
+it cannot promise that what it lets through fits (a sweep's vmapped points are not counted).
 
 >>> from flowmodel import _memory, config
 >>> _memory.estimate(config.load("configs/quickstart.yaml")).describe()
@@ -46,16 +48,18 @@ class Estimate:
     links: int
     flows: int
     gradients: bool = False  # a gradient search (flowmodel optimize) over the scenario
+    seeds: int = 1  # routing seeds evaluated in one batch: each holds its own routes
 
     @property
     def bytes(self) -> float:
-        elements = self.nodes + self.links + self.flows
+        elements = self.nodes + self.links + self.flows * self.seeds
         if self.gradients:
             return GRADIENT_BASE_BYTES + GRADIENT_BYTES_PER_ELEMENT * elements
         return BASE_BYTES + BYTES_PER_ELEMENT * elements
 
     def describe(self) -> str:
         return (f"{self.gpus:,} GPUs, {self.nodes:,} nodes, {self.links:,} links, {self.flows:,} flows"
+                f"{f' x {self.seeds} routing seeds' if self.seeds > 1 else ''}"
                 f"{' with gradients' if self.gradients else ''}: about {self.bytes / 1e9:.1f} GB")
 
 
@@ -107,14 +111,15 @@ def training_flows(job) -> int:
     return flows
 
 
-def estimate(scenario, *, gradients: bool = False) -> Estimate:
-    """The scenario's element counts, from its description alone (``gradients``: for a gradient search)."""
+def estimate(scenario, *, gradients: bool = False, seeds: int = 1) -> Estimate:
+    """The scenario's element counts, from its description alone (``gradients``: for a gradient search;
+    ``seeds``: routing seeds evaluated at once)."""
     nodes, links = fabric_counts(scenario.fleet)
     flows = sum(training_flows(job) for job in scenario.training)
     flows += sum(len(b.src) for b in scenario.background)
     for inf in scenario.inference:  # average KV streams plus one request's transfer
         flows += len(inf.prefill) * len(inf.prefill[0]) + len(inf.prefill[0])
-    return Estimate(scenario.fleet.num_gpus, nodes, links, flows, gradients)
+    return Estimate(scenario.fleet.num_gpus, nodes, links, flows, gradients, seeds)
 
 
 def available_bytes() -> float | None:
@@ -145,10 +150,10 @@ def available_bytes() -> float | None:
     return free
 
 
-def check_fits(scenario, available: float | None = None, *, gradients: bool = False) -> Estimate:
+def check_fits(scenario, available: float | None = None, *, gradients: bool = False, seeds: int = 1) -> Estimate:
     """The scenario's estimate; raises ``ValueError`` when it exceeds ``available`` bytes (default:
     what the machine has free now). Unknown free memory is not checked."""
-    est = estimate(scenario, gradients=gradients)
+    est = estimate(scenario, gradients=gradients, seeds=seeds)
     available = available_bytes() if available is None else available
     if available is not None and est.bytes > available:
         raise ValueError(f"fabric: too large for this machine's memory: {est.describe()} estimated, "

@@ -207,11 +207,12 @@ def _say(quiet: bool):
     return say
 
 
-def _prepare(scenario, quiet: bool, gradients: bool = False):
+def _prepare(scenario, quiet: bool, gradients: bool = False, seeds: int = 1):
     from ._memory import check_fits
     from .scenario import prepare
 
-    check_fits(scenario, gradients=gradients)  # a fabric too large for this machine is refused before it is built
+    # a fabric too large for this machine is refused before it is built (``seeds``: evaluated at once)
+    check_fits(scenario, gradients=gradients, seeds=seeds)
     model = prepare(scenario, progress=_say(quiet))
     if not quiet:
         print(f"{scenario.name}: {scenario.fleet.num_gpus} GPUs, {model.info.num_links} links, "
@@ -221,17 +222,17 @@ def _prepare(scenario, quiet: bool, gradients: bool = False):
 
 def cmd_run(scenario, out: str, quiet: bool) -> dict:
 
+    from .seeds import SeedSet, routing_seeds
+
     t0 = time.perf_counter()
-    model = _prepare(scenario, quiet)
+    seeds = routing_seeds(scenario.routing)
+    model = _prepare(scenario, quiet, seeds=len(seeds))
     jobs = None
     if scenario.reliability is not None:  # checked (storage, paths) before any evaluation
         from . import reliability
 
         _say(quiet)("plan reliability: fail each kind of element the jobs cross")
         jobs = reliability.plan(model)
-    from .seeds import SeedSet, routing_seeds
-
-    seeds = routing_seeds(scenario.routing)
     if len(seeds) > 1:
         _say(quiet)(f"route under {len(seeds)} {scenario.routing.policy} seeds")
     batch = SeedSet(model, seeds)
@@ -268,18 +269,17 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
     from . import optimize, plots
     from ._units import show
     from .objectives import planning_objective
-
-    model = _prepare(_needs(scenario, "optimize"), quiet, gradients=True)
-    o = scenario.optimize
-    _check_groups(model, [k.group for k in o.knobs], lambda i, g: f"optimize.knobs[{i}].group")
-    space = optimize.Space(model.info, o.knobs, o.cost)
-    baseline_values = {k.group: model.info.groups[k.group].value for k in o.knobs}
     from .seeds import SeedSet, describe, mean_fleet, routing_seeds, statistics
 
+    o = _needs(scenario, "optimize").optimize
     # the search runs on fabric.routing.seeds (default: its one seed); the report adds the spread over 8
     search_seeds = routing_seeds(scenario.routing, default=1) if o.objective in ("step_time", "throughput") \
         else (scenario.routing.seed,)
     report_seeds = max(search_seeds, routing_seeds(scenario.routing), key=len)
+    model = _prepare(scenario, quiet, gradients=True, seeds=len(search_seeds))
+    _check_groups(model, [k.group for k in o.knobs], lambda i, g: f"optimize.knobs[{i}].group")
+    space = optimize.Space(model.info, o.knobs, o.cost)
+    baseline_values = {k.group: model.info.groups[k.group].value for k in o.knobs}
     objective, exact, gradient = planning_objective(model, o.objective, kv_weight=o.kv_weight, search=o.search,
                                                     seeds=search_seeds)
     _say(quiet)(f"compile the search ({o.objective}, {o.search} rates)")
@@ -420,11 +420,11 @@ def cmd_sweep(scenario, out: str, quiet: bool) -> dict:
     from ._units import show
     from .seeds import SeedSet, describe, routing_seeds
 
-    model = _prepare(_needs(scenario, "sweep"), quiet)
+    seeds = routing_seeds(_needs(scenario, "sweep").routing, default=int(SEEDED["sweep"]))
+    model = _prepare(scenario, quiet, seeds=len(seeds))
     axes = scenario.sweep.axes
     _check_groups(model, list(axes), lambda i, g: f"sweep.grid.{g}")
     points = sweep.grid(**axes)
-    seeds = routing_seeds(scenario.routing, default=int(SEEDED["sweep"]))
     _say(quiet)(f"compile and evaluate {len(next(iter(points.values())))} points"
                 + (f", each under {len(seeds)} {scenario.routing.policy} seeds" if len(seeds) > 1 else ""))
     how: dict = {}
@@ -460,10 +460,10 @@ def cmd_failures(scenario, out: str, quiet: bool) -> dict:
     from . import plots, resilience
     from .seeds import describe, routing_seeds, statistics
 
-    model = _prepare(_needs(scenario, "failures"), quiet)
+    seeds = routing_seeds(scenario.routing)
+    model = _prepare(_needs(scenario, "failures"), quiet, seeds=len(seeds))
     scenarios = resilience.failure_scenarios(model)
     weight = scenario.failures.weight_of_healthy
-    seeds = routing_seeds(scenario.routing)
     _say(quiet)(f"route and evaluate {len(scenarios)} failure scenarios"
                 + (f", each under {len(seeds)} {scenario.routing.policy} seeds" if len(seeds) > 1 else ""))
     with tqdm(total=len(scenarios), desc="failures", disable=quiet, leave=False) as bar:

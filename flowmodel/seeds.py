@@ -142,6 +142,7 @@ class SeedSet:
         r = model.scenario.routing
         self._programs: dict[Options, Callable] = {}
         self._tables: tuple | None = None
+        self.groups = model.groups
         if self.single:
             return
         if not hashed(r):
