@@ -68,10 +68,10 @@ def describe(routing: Routing, seeds) -> str:
     """How a figure was obtained, for the console and the result files."""
     if not hashed(routing):
         return f"{routing.policy} routing is deterministic: one value"
-    seeds = list(seeds)
+    seeds, name = list(seeds), {"ecmp": "ECMP", "qp_scaling": "QP-scaling"}[routing.policy]
     if len(seeds) == 1:
-        return f"one {routing.policy.upper()} seed ({seeds[0]}); --seeds N gives the spread"
-    return f"mean over {len(seeds)} {routing.policy.upper()} seeds {seeds[0]}-{seeds[-1]}"
+        return f"one {name} seed ({seeds[0]}); --seeds N gives the spread"
+    return f"mean over {len(seeds)} {name} seeds {seeds[0]}-{seeds[-1]}"
 
 
 def statistics(values) -> dict[str, float]:
