@@ -177,3 +177,49 @@ def test_failures_compare_distributions_and_flag_a_cut_within_the_seed_spread(tm
     assert "a/spine0 down" in job["within_seed_spread"]
     for scenario_name, stats in job["stats_s"].items():
         assert stats["mean"] == pytest.approx(job["step_time_s"][scenario_name], rel=1e-12)
+
+
+def test_the_readme_seed_spread_is_what_run_prints(tmp_path, capsys, monkeypatch):
+    import os
+    import re
+
+    root = os.path.join(os.path.dirname(__file__), "..")
+    text = open(os.path.join(root, "README.md")).read().split("## The spread behind a hash-routed figure", 1)[1]
+    bash = re.search(r"```bash\n(.*?)```", text, flags=re.S)
+    commands = bash.group(1).splitlines()
+    shown = re.search(r"```\n(.*?)```", text[bash.end():], flags=re.S).group(1).splitlines()
+    monkeypatch.chdir(root)
+    printed = []
+    for i, line in enumerate(commands):
+        words = line.split("#")[0].split()
+        assert words[:2] == ["flowmodel", "run"]
+        assert cli.main(["run", *words[2:], "--out", str(tmp_path / str(i))]) == 0
+        printed += [x for x in capsys.readouterr().out.splitlines() if "step time" in x]
+    assert printed == shown
+
+
+def test_plots_draw_the_seed_spread(monkeypatch):
+    from flowmodel import plots
+
+    figures = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig))
+    stats = {"a down": {"min": 0.9, "max": 1.3}, "b down": {"min": 1.4, "max": 1.6}}
+    job = {"healthy_step_time_s": 1.0, "step_time_s": {"a down": 1.05, "b down": 1.5}, "expected_step_time_s": 1.1,
+           "p99_step_time_s": 1.5, "disconnected": [], "stats_s": stats,
+           "healthy_stats_s": {"mean": 1.0, "min": 0.8, "max": 1.2}}
+    plots.failure_bars({"job": job}, "f.png")
+    ax = figures[-1].axes[0]
+    band = [p for p in ax.patches if p.get_label().startswith("healthy min-max over seeds")]
+    assert len(band) == 1 and "(-20.00% to +20.00%)" in band[0].get_label()
+    errors = [c for c in ax.containers if hasattr(c, "has_xerr") and c.has_xerr]
+    segments = errors[0].lines[2][0].get_segments()  # the worst failure on top: b down is drawn last
+    assert [tuple(np.round(s[:, 0], 6)) for s in segments] == [(-10.0, 30.0), (40.0, 60.0)]
+    plots.breakdown_bars({"baseline": {"compute": 1.0}, "optimized": {"compute": 0.8}}, "b.png",
+                         spread={"baseline": {"min": 0.9, "max": 1.1}, "optimized": {"min": 0.7, "max": 0.85}})
+    lines = figures[-1].axes[0].collections
+    assert [tuple(seg[:, 1]) for seg in lines[0].get_segments()] == [(0.9, 1.1), (0.7, 0.85)]
+    table = {"g": np.array([1.0, 2.0]), "step_time_s": np.array([2.0, 1.0]), "lo": np.array([1.5, 0.5]),
+             "hi": np.array([2.5, 1.5])}
+    plots.sweep_lines(table, ["g"], "step_time_s", "s.png", band=("lo", "hi"))
+    filled = figures[-1].axes[0].collections
+    assert len(filled) == 1 and filled[0].get_paths()[0].vertices[:, 1].min() == 0.5
