@@ -96,12 +96,17 @@ def _map_phases(plan: TrainingPlan, fn: Callable[[str, RoutedPhase], RoutedPhase
 
 def _with_routes(rp: RoutedPhase, routes, table: Incidence | None = None) -> RoutedPhase:
     """``rp`` with other routes for the same sub-flows (and their incidence, for the xla engine)."""
-    if rp.sub is None:
+    if rp.sub is None or routes is None:
         return rp
     out = dataclasses.replace(rp, sub=dataclasses.replace(rp.sub, routes=routes))
     if table is not None:
         out.__dict__["incidence"] = table  # the cached_property's slot: a traced table inside the vmap
     return out
+
+
+def _plan_with(plan: TrainingPlan, routes: dict, tables: dict | None = None) -> TrainingPlan:
+    """``plan`` with the phases named in ``routes`` routed as given (the others as they are)."""
+    return _map_phases(plan, lambda n, ph: _with_routes(ph, routes.get(n), None if tables is None else tables.get(n)))
 
 
 def _stack(blocks: list[np.ndarray]) -> np.ndarray:
@@ -142,7 +147,7 @@ class SeedSet:
         r = model.scenario.routing
         self._programs: dict[Options, Callable] = {}
         self._tables: tuple | None = None
-        self.groups = model.groups
+        self.groups, self._alike = model.groups, False
         if self.single:
             return
         if not hashed(r):
@@ -151,6 +156,7 @@ class SeedSet:
         routers = {s: model.router if s == r.seed else model.router.reseeded(s) for s in self.seeds}
 
         def reroute(rp: RoutedPhase) -> np.ndarray | None:
+            """int32[S, N, H] routes of every seed; None where every seed routes the phase alike."""
             if rp.sub is None:
                 return None
             blocks, c = [], None
@@ -164,22 +170,26 @@ class SeedSet:
                 if sub.parent.shape != rp.sub.parent.shape or not np.array_equal(sub.parent, rp.sub.parent):
                     raise AssertionError("seeds: the sub-flows of a phase differ between seeds")
                 blocks.append(sub.routes)
+            base = blocks[0]
+            if all(b.shape == base.shape and np.array_equal(b, base) for b in blocks[1:]):
+                return None  # one path per flow (inside a scale-up domain, say): evaluated once, not per seed
             return _stack(blocks)
 
-        self._routes = tuple({name: reroute(ph) for name, ph in routed_phases(plan).items()} for plan in model.plans)
+        # only what differs between seeds is batched; the rest is evaluated once for all of them
+        self._routes = tuple({name: st for name, ph in routed_phases(plan).items()
+                              if (st := reroute(ph)) is not None} for plan in model.plans)
         self._transfer_routes = tuple(reroute(rp) for _, rp in model.transfers)
         sc = model.scenario
-        if sc.inference or sc.background:  # every seed's constant load (reachability is the same under all)
+        self._fixed = None  # every seed's constant load, where it has one (reachability is the same under all)
+        if sc.inference or sc.background:
             self._fixed = np.stack([model.fixed_load if s == r.seed else
                                     constant_load(routers[s], sc.inference, sc.background, policy=r.policy, seed=s,
                                                   qps=r.qps, unreachable="report") for s in self.seeds])
-        else:
-            self._fixed = np.broadcast_to(model.fixed_load, (len(self.seeds), model.fixed_load.size))
+        self._alike = not any(self._routes) and all(t is None for t in self._transfer_routes) and self._fixed is None
         # the jobs coupled under any seed; jobs coupled under one seed only share no link under the others,
         # and their sweeps then leave each as it would be alone
         self.groups = model.groups if len(model.plans) < 2 else coupling_groups(
-            [_map_phases(p, lambda n, ph, rs=rs: _with_routes(ph, rs[n])) for p, rs in zip(model.plans, self._routes)],
-            model.network.num_links)
+            [_plan_with(p, rs) for p, rs in zip(model.plans, self._routes)], model.network.num_links)
 
     @property
     def single(self) -> bool:
@@ -206,10 +216,10 @@ class SeedSet:
     def _fleet_at(self, routes, transfer_routes, fixed, tables, network: Network, options: Options, logits):
         m = self.model
         job_tables, transfer_tables = tables if tables is not None else ((None,) * len(routes), None)
-        plans = [_map_phases(p, lambda n, ph, rs=rs, ts=ts: _with_routes(ph, rs[n], None if ts is None else ts[n]))
-                 for p, rs, ts in zip(m.plans, routes, job_tables)]
+        plans = [_plan_with(p, rs, ts) for p, rs, ts in zip(m.plans, routes, job_tables)]
         transfers = tuple((name, _with_routes(rp, r, None if transfer_tables is None else transfer_tables[i]))
                           for i, ((name, rp), r) in enumerate(zip(m.transfers, transfer_routes)))
+        fixed = m.fixed_load if fixed is None else fixed
         return evaluate_fleet(plans, network, options, fixed_load=fixed, transfers=transfers, info=m.info,
                               logits=logits, groups=self.groups)
 
@@ -218,8 +228,9 @@ class SeedSet:
         m = self.model
         network = m.network if network is None else network
         options = m.options if options is None else options
-        if self.single:
-            return jax.tree.map(lambda x: jnp.asarray(x)[None], m.fleet(network, options, logits))
+        if self.single or self._alike:  # every seed routes every phase alike: one evaluation, S copies
+            S = len(self.seeds)
+            return jax.tree.map(lambda x: jnp.broadcast_to(x, (S,) + jnp.shape(x)), m.fleet(network, options, logits))
         tables = self._incidences(options)
         stacked = jax.tree.map(jnp.asarray, (self._routes, self._transfer_routes, self._fixed))  # canonical arrays
         return jax.vmap(lambda r, t, f, tb: self._fleet_at(r, t, f, tb, network, options, logits))(*stacked, tables)
@@ -231,7 +242,8 @@ class SeedSet:
             return jax.tree.map(lambda x: np.asarray(x)[None], m.evaluate(network, options, logits))
         network = m.network if network is None else network
         options = m.options if options is None else options
-        residual_capacity(network.capacity, self._fixed.max(axis=0), m.info)  # names an overfull link
+        fixed = m.fixed_load if self._fixed is None else self._fixed.max(axis=0)
+        residual_capacity(network.capacity, fixed, m.info)  # names an overfull link
         if options not in self._programs:
             self._programs[options] = Program(lambda net, lg: self.fleet(net, options, lg))
         return self._programs[options](network, logits)
