@@ -97,6 +97,15 @@ def test_one_seed_is_the_models_own_evaluation_and_spray_has_one_value():
     assert seeds.routing_seeds(spray) == (0,) and "deterministic" in seeds.describe(spray, (0,))
     with pytest.raises(ValueError, match="spray routing draws nothing from the seed"):
         seeds.SeedSet(scenario.prepare(_small("fabric.routing.policy=spray")), [0, 1])
+    # one scale-up domain: every flow has one path, so every seed routes alike and one evaluation serves all
+    data = yaml.safe_load(yaml.safe_dump(SMALL))
+    data["fabric"]["sites"] = [{"name": "a", "scale_up": {"size": 64, "bandwidth": "400GB/s", "latency": "1us"}}]
+    del data["workloads"]["background"]
+    model = scenario.prepare(config.parse(data))
+    alike = seeds.over_seeds(model, range(3))
+    assert alike._alike and not alike._routes[0]
+    got = alike.evaluate()
+    assert np.asarray(got.step_time).tolist() == [float(model.evaluate().step_time)] * 3
 
 
 @pytest.mark.parametrize("value, message", [("0", "must be an integer >= 1, got 0"),
