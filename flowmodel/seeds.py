@@ -38,13 +38,13 @@ from .steptime import (
     FleetResult,
     Options,
     RoutedPhase,
+    TrainingPlan,
     constant_load,
     coupling_groups,
     evaluate_fleet,
     residual_capacity,
     routed_phases,
 )
-from .steptime._training import TrainingPlan
 
 DEFAULT_SEEDS = 8  # what `run` and `failures` evaluate a hash-routed scenario over unless told
 
