@@ -259,10 +259,14 @@ class Scenario:
             memory = job.memory()
             need = sum(memory.values())
             if need > job.hbm:
+                hint = ("a wider model-parallel layout or offloading, which the step time does not include"
+                        if job.recomputes else "recompute: full (the step time counts its extra forward pass) or "
+                        "offloading")
                 out.append(f"workloads.training[{i}].hbm: {job.name!r} needs about {need / 1e9:.1f} GB per GPU "
-                           f"(activations {memory['activations'] / 1e9:.1f} GB with selective recomputation), more "
-                           f"than hbm = {job.hbm / 1e9:.0f} GB: it would need full recomputation or offloading, "
-                           f"which the step time does not include")
+                           f"(weights {memory['weights'] / 1e9:.1f}, gradients {memory['gradients'] / 1e9:.1f}, "
+                           f"optimizer {memory['optimizer'] / 1e9:.1f}, activations {memory['activations'] / 1e9:.1f} "
+                           f"GB with recompute: {job.recompute}, zero_stage {job.zero_stage}), more than hbm = "
+                           f"{job.hbm / 1e9:.0f} GB: it would need {hint}")
         return out
 
 

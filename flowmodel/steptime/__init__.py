@@ -64,6 +64,7 @@ from ._training import StepResult as StepResult
 from ._training import TrainingPlan as TrainingPlan
 from ._training import calls_per_step as calls_per_step
 from ._training import compute_times as compute_times
+from ._training import dp_groups as dp_groups
 from ._training import plan_training as plan_training
 from ._training import routed_phases as routed_phases
 from ._training import step_bytes as step_bytes
