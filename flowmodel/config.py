@@ -584,7 +584,8 @@ def _make(cls, fields: dict, where: str, alias: str | None = None):
         if head and alias is not None and head.group(1) == alias:
             message, head = base + message[len(alias):], re.match(r"^([A-Za-z_]+)", base)
         nested = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
-        if head and head.group(1) != base and head.group(1) in nested:  # "parallelism.ep: ..." of a training job
+        if (head and head.group(1) != base and head.group(1) in nested
+                and message[len(head.group(1))] == "."):  # "parallelism.ep: ..." of a training job: one path
             raise ConfigError(f"{where}.{message}") from None
         if head and head.group(1) == base:  # "scale_out.ratio[1]: ..." under "...scale_out" -> one path
             message = message[len(base):]
