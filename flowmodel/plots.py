@@ -119,6 +119,8 @@ def sweep_lines(table: dict, names: list[str], output: str, path: str, *, units:
         ax.set_xscale("log")
         ax.set_xticks(np.unique(x), [f"{v:g}" for v in np.unique(x)])
         ax.xaxis.set_minor_locator(plt.matplotlib.ticker.NullLocator())
+    elif np.unique(x).size <= 12 and np.all(x == np.round(x)):  # counts and seeds: a tick at each value
+        ax.set_xticks(np.unique(x), [f"{v:g}" for v in np.unique(x)])
     ax.ticklabel_format(axis="y", useOffset=False, style="plain")
     ax.set_xlabel(f"{first} ({unit})" if unit else first)
     ax.set_ylabel(output.removesuffix("_s").replace("_", " ") + " (s)" if output.endswith("_s") else output)
