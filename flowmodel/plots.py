@@ -79,8 +79,9 @@ def _geometric(values) -> bool:
 
 
 def sweep_lines(table: dict, names: list[str], output: str, path: str, *, units: dict[str, str] | None = None) -> None:
-    """``output`` against the first swept parameter (in Gbps for capacities; log axis when the grid
-    is geometric), one line per value of the others, each with its own marker and line style."""
+    """``output`` against the first numeric swept parameter (in Gbps for capacities; log axis when the
+    grid is geometric; a setting such as a policy name is a categorical axis when nothing is numeric),
+    one line per value of the others, each with its own marker and line style."""
     import numpy as np
 
     plt = new_figure()
@@ -90,24 +91,38 @@ def sweep_lines(table: dict, names: list[str], output: str, path: str, *, units:
     def scaled(name):
         return _UNIT_SCALE.get(units.get(name, ""), (1.0, units.get(name, "")))
 
-    factor, unit = scaled(names[0])
-    x = np.asarray(table[names[0]]) / factor
-    others = [np.asarray(table[n]) for n in names[1:]]
-    keys = sorted(set(zip(*others))) if others else [()]
+    def numeric(name):
+        return all(isinstance(v, (int, float, np.number)) and not isinstance(v, bool) for v in table[name])
+
+    def label(name, v):
+        return f"{name} = {_value(v / scaled(name)[0], scaled(name)[1])}" if numeric(name) else f"{name} = {v}"
+
+    first = next((n for n in names if numeric(n)), names[0])
+    names = [first] + [n for n in names if n != first]
+    factor, unit = scaled(first)
+    categories = None if numeric(first) else list(dict.fromkeys(table[first]))
+    x = (np.asarray(table[first], float) / factor if categories is None
+         else np.asarray([categories.index(v) for v in table[first]], float))
+    others = [np.asarray(table[n], dtype=object) for n in names[1:]]
+    keys = list(dict.fromkeys(zip(*others))) if others else [()]
     markers, styles = "osD^vP*X", ("-", "--", "-.", ":")
     for i, key in enumerate(keys):
         mask = np.ones(x.size, bool)
         for col, v in zip(others, key):
             mask &= col == v
-        label = ", ".join(f"{n} = {_value(v / scaled(n)[0], scaled(n)[1])}" for n, v in zip(names[1:], key)) or None
         ax.plot(x[mask], np.asarray(table[output])[mask], marker=markers[i % len(markers)],
-                linestyle=styles[i % len(styles)], markersize=5, label=label)
-    if _geometric(x):
+                linestyle=styles[i % len(styles)], markersize=5,
+                label=", ".join(label(n, v) for n, v in zip(names[1:], key)) or None)
+    if categories is not None:
+        ax.set_xticks(range(len(categories)), [str(c) for c in categories])
+    elif _geometric(x):
         ax.set_xscale("log")
         ax.set_xticks(np.unique(x), [f"{v:g}" for v in np.unique(x)])
         ax.xaxis.set_minor_locator(plt.matplotlib.ticker.NullLocator())
+    elif np.unique(x).size <= 12 and np.all(x == np.round(x)):  # counts and seeds: a tick at each value
+        ax.set_xticks(np.unique(x), [f"{v:g}" for v in np.unique(x)])
     ax.ticklabel_format(axis="y", useOffset=False, style="plain")
-    ax.set_xlabel(f"{names[0]} ({unit})" if unit else names[0])
+    ax.set_xlabel(f"{first} ({unit})" if unit else first)
     ax.set_ylabel(output.removesuffix("_s").replace("_", " ") + " (s)" if output.endswith("_s") else output)
     ax.grid(alpha=0.3, which="both")
     if others:
