@@ -361,6 +361,17 @@ class Model:
             self._programs[options] = Program(lambda net, lg: self.fleet(net, options, lg))
         return self._programs[options](network, logits)
 
+    def links(self, fleet: FleetResult | None = None, network: Network | None = None, options: Options | None = None,
+              logits=None):
+        """The link view (``flowmodel.links.LinkView``: per-link bytes, utilisation and collectives,
+        hot links, utilisation by tier, flow-completion times) of ``fleet``, an ``evaluate`` of this
+        model with the same network, options and logits (evaluated here when None)."""
+        from . import links
+
+        if fleet is None:
+            fleet = self.evaluate(network, options, logits)
+        return links.build(self, fleet, network=network, options=options, logits=logits)
+
     def split_logits(self) -> dict:
         """Zero WCMP logits (an even split, the routing the scenario is evaluated with) for every routed
         phase of every job with more than one candidate path, keyed ``"<job index>/<phase name>"``
