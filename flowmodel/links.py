@@ -168,8 +168,10 @@ class LinkView:
         return order[:n]
 
     def by_tier(self) -> dict[str, dict]:
-        """Per link tier: links, links used (carrying bytes), mean and max of the links' peak and mean
-        utilisation (over every link of the tier, idle ones included)."""
+        """Per link tier: ``links``, links ``used`` (carrying bytes), and the mean and the max over
+        every link of the tier (idle ones included) of its peak utilisation (``mean_peak_util``,
+        ``max_peak_util``) and of its mean utilisation over the step (``mean_mean_util``,
+        ``max_mean_util``)."""
         peak, mean, used = self.peak_util, self.mean_util, self.step_bytes > 0
         for p in self.phases:
             used |= p.bytes > 0
@@ -178,9 +180,10 @@ class LinkView:
         out = {}
         for tier in order:
             m = self.tier == tier
-            out[tier] = {"links": int(m.sum()), "used": int(used[m].sum()),
-                         "mean_peak_util": float(peak[m].mean()), "max_peak_util": float(peak[m].max()),
-                         "mean_mean_util": float(mean[m].mean()), "max_mean_util": float(mean[m].max())}
+            top_peak, top_mean = float(peak[m].max()), float(mean[m].max())
+            out[tier] = {"links": int(m.sum()), "used": int(used[m].sum()),  # a mean never above the max by rounding
+                         "mean_peak_util": min(float(peak[m].mean()), top_peak), "max_peak_util": top_peak,
+                         "mean_mean_util": min(float(mean[m].mean()), top_mean), "max_mean_util": top_mean}
         return out
 
     def fct(self) -> dict[str, dict[str, dict]]:
@@ -237,11 +240,11 @@ class LinkView:
 
 
 def _numbers(values: np.ndarray) -> np.ndarray:
-    """float64 values as text: 0 as ``0``, else ``repr`` (it reads back exactly)."""
-    out = np.full(values.shape, "0", dtype=object)
-    nz = np.flatnonzero(values)
-    out[nz] = [repr(v) for v in values[nz].tolist()]
-    return out
+    """float64 values as text: 0 as ``0``, else ``repr`` (it reads back exactly); each distinct value
+    formatted once (a fabric's links share few values)."""
+    distinct, which = np.unique(values, return_inverse=True)
+    text = np.array(["0" if v == 0 else repr(v) for v in distinct.tolist()], dtype=object)
+    return text[which.reshape(-1)]
 
 
 def _per_link(routes, values, num_links: int) -> np.ndarray:

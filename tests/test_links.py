@@ -153,7 +153,7 @@ def _check_utilisation(view):
         assert np.all(values >= 0) and np.all(values <= 1 + 1e-9), values.max()
     for tier, figures in view.by_tier().items():
         assert figures["max_peak_util"] <= 1 + 1e-9, tier
-        assert figures["mean_mean_util"] <= figures["max_mean_util"] * (1 + 1e-12), tier
+        assert figures["mean_mean_util"] <= figures["max_mean_util"], tier
 
 
 def test_bytes_and_utilisation_on_dsf_vs_ecmp(dsf):
@@ -296,3 +296,5 @@ def test_readme_shows_the_hot_link_table_of_dsf_vs_ecmp(dsf):
     _, _, view = dsf
     readme = open(os.path.join(ROOT, "README.md")).read()
     assert links.hot_table(view, 5) in readme
+    dp = view.fct()["dp-heavy"]["dp_all_reduce"]
+    assert f"p99 {dp['p99_s'] * 1e3:.1f} ms against p50 {dp['p50_s'] * 1e3:.1f} ms" in readme
