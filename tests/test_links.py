@@ -185,20 +185,22 @@ def test_coupled_jobs_and_background(coupled):
     assert not np.any(crossing["a/dp_all_reduce"] & crossing["c/dp_all_reduce"])
 
 
-def _check_timing(model, fleet, view, rel=1e-9):
+def _check_timing(model, fleet, view, rel=1e-9, options=None):
     """Each collective's time in the step report is its replayed phases' fluid time plus the latency
     term: the view replays what the evaluation timed."""
     latency = np.asarray(model.network.latency)
-    step_latency = model.options.step_latency
+    step_latency = (options or model.options).step_latency
     for plan in model.plans:
-        report = fleet.steps[plan.job.name].collectives
+        step = fleet.steps[plan.job.name]
+        report = step.collectives
         phases = st.routed_phases(plan)
         loads = {p.phase: p for p in view.phases if p.workload == plan.job.name}
 
         def seconds(name):
             rp = phases[name]
             hop = latency[np.asarray(rp.sub.routes)].sum(axis=1, where=np.asarray(rp.sub.routes) >= 0).max()
-            return loads[name].duration_s + rp.steps * (hop + step_latency)
+            begin = np.min(np.asarray(step.dp_starts)) if name == "dp" else 0.0  # a transport delays the first byte
+            return loads[name].start_s - begin + loads[name].duration_s + rp.steps * (hop + step_latency)
 
         for kind in ("tp_all_gather", "tp_reduce_scatter", "dp_all_reduce"):
             names = [n for n in loads if links.collective_of(n) == kind]
@@ -207,6 +209,18 @@ def _check_timing(model, fleet, view, rel=1e-9):
         if "pp_send_recv" in report:
             per_rank = max(seconds(n) for n in loads if n.startswith("pp_forward["))
             assert per_rank == pytest.approx(float(report["pp_send_recv"]["seconds"]), rel=rel)
+
+
+def test_transport_and_window_are_replayed(dsf):
+    model = dsf[0]
+    options = st.Options(step_latency=2e-6, transport="dctcp", congestion=st.Congestion(window=4e6))
+    fleet = model.evaluate(options=options)
+    view = model.links(fleet, options=options)
+    _check_utilisation(view)
+    _check_timing(model, fleet, view, options=options)
+    assert all(p.start_s > 0 for p in view.phases)  # the profile's start delay
+    plain = dsf[2]
+    assert max(p.duration_s for p in view.phases) > max(p.duration_s for p in plain.phases)
 
 
 def test_fct_percentiles_are_numpy_percentiles_of_the_kernel_finish_times(dsf):
