@@ -162,9 +162,10 @@ class LinkView:
         return text[which.reshape(-1)]
 
     def hot(self, n: int = HOT) -> np.ndarray:
-        """int64[n] the links with the highest peak utilisation (ties: higher mean utilisation, then
-        more step bytes, then the lower index)."""
-        order = np.lexsort((np.arange(self.capacity.size), -self.step_bytes, -self.mean_util, -self.peak_util))
+        """int64[n] the links with the highest peak utilisation (to 9 decimals, so that rounding does
+        not split a tie; ties: higher mean utilisation, then more step bytes, then the lower index)."""
+        peak = np.round(self.peak_util, 9)
+        order = np.lexsort((np.arange(self.capacity.size), -self.step_bytes, -self.mean_util, -peak))
         return order[:n]
 
     def by_tier(self) -> dict[str, dict]:
