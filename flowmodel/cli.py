@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextvars
 import copy
+import math
 import os
 import sys
 import tempfile
@@ -190,7 +191,7 @@ def _prepare(scenario, quiet: bool, gradients: bool = False):
     return model
 
 
-def cmd_run(scenario, out: str, quiet: bool) -> dict:
+def cmd_run(scenario, out: str, quiet: bool, links: bool = False) -> dict:
 
     t0 = time.perf_counter()
     model = _prepare(scenario, quiet)
@@ -201,8 +202,16 @@ def cmd_run(scenario, out: str, quiet: bool) -> dict:
         _say(quiet)("plan reliability: fail each kind of element the jobs cross")
         jobs = reliability.plan(model)
     _say(quiet)("compile and evaluate")
-    result = fleet_result(model, model.evaluate())
+    fleet = model.evaluate()
+    result = fleet_result(model, fleet)
     lines = []
+    if links:  # the link view: links.csv, links.png, run.json's "links"
+        from . import links as link_view
+
+        _say(quiet)("link view: replay every phase, per-link loads")
+        result["links"], table = link_view.report(model, fleet, out)
+        result["units"] = {**result["units"], **link_view.UNITS}
+        lines.append(table)
     if jobs is not None:  # time to train under failures, checkpoints and restarts
         _say(quiet)("time to train: checkpoint traffic, expectation and Monte Carlo")
         figures, lines = reliability.report(model, jobs)
@@ -335,33 +344,75 @@ COLUMN_SUFFIX = {"bytes/s": "_Bps", "ratio": "_ratio"}  # sweep.csv / sweep.json
 
 
 def cmd_sweep(scenario, out: str, quiet: bool) -> dict:
+    import jax
+    from tqdm import tqdm
+
     from . import plots, sweep
     from ._units import show
 
-    model = _prepare(_needs(scenario, "sweep"), quiet)
-    axes = scenario.sweep.axes
-    _check_groups(model, list(axes), lambda i, g: f"sweep.grid.{g}")
-    points = sweep.grid(**axes)
-    _say(quiet)(f"compile and evaluate {len(next(iter(points.values())))} points")
-    how: dict = {}
-    table = sweep.sweep(sweep_evaluation(model), points, chunk=scenario.sweep.chunk, progress=not quiet,
-                        batching=scenario.sweep.batching, info=how)
-    names = list(axes)
-    units = {n: model.info.groups[n].unit for n in names}
-    plots.sweep_lines(table, names, "step_time_s", os.path.join(out, "sweep.png"), units=units)
+    spec = _needs(scenario, "sweep").sweep
+    settings = [path for path, _ in spec.settings]
+    variants = spec.variants or (((), scenario),)
+    names = list(spec.axes)
+    if len(variants) > 1:
+        _say(quiet)(f"prepare and evaluate {len(variants)} scenarios (every combination of "
+                    f"{', '.join(settings)})" + (f", each over {_grid_size(spec)} link-group points" if names else ""))
+    tables, how, units = [], {}, {}
+    with tqdm(total=len(variants), desc="sweep", unit="scenario", disable=quiet or len(variants) == 1) as bar:
+        for assignment, variant in variants:
+            bar.set_postfix_str(", ".join(f"{p.rsplit('.', 1)[-1]}={v}" for p, v in assignment))
+            try:
+                model = _prepare(variant, quiet or len(variants) > 1)
+                _check_groups(model, names, lambda i, g: f"sweep.grid.{g}")
+            except ValueError as e:
+                if not assignment:
+                    raise
+                at = ", ".join(f"{p} = {v!r}" for p, v in assignment)
+                raise type(e)(f"sweep.grid: at {at}: {e}") from None
+            units = {n: model.info.groups[n].unit for n in names}
+            evaluate = sweep_evaluation(model)
+            if names:
+                if len(variants) == 1:
+                    _say(quiet)(f"compile and evaluate {_grid_size(spec)} points")
+                table = sweep.sweep(evaluate, sweep.grid(**spec.axes), chunk=spec.chunk, batching=spec.batching,
+                                    progress=not quiet and len(variants) == 1, info=how)
+            else:  # settings only: one exact evaluation of this scenario
+                table = {k: np.asarray([float(v)]) for k, v in jax.jit(evaluate)({}).items()}
+            rows = len(table["step_time_s"])
+            tables.append({**{p: np.asarray([_cell(v)] * rows, dtype=object) for p, v in assignment}, **table})
+            bar.update(1)
+    table = {k: np.concatenate([t[k] for t in tables]) for k in tables[0]}
+    axes = settings + names
+    plots.sweep_lines(table, axes, "step_time_s", os.path.join(out, "sweep.png"), units=units)
     columns = {f"{n}{COLUMN_SUFFIX.get(units[n], '')}" if n in units else n: v for n, v in table.items()}
     csv_path, json_path = sweep.write_table(columns, out, meta={"scenario": scenario.name, "units": UNITS,
-                                                                "parameter_units": units, "batching": how,
-                                                                "provenance": provenance()})
+                                                                "parameter_units": units, "settings": settings,
+                                                                "batching": how, "provenance": provenance()})
     if not quiet:
         best = int(np.argmin(table["step_time_s"]))
-        at = ", ".join(f"{n} = {show(table[n][best], units[n])}" for n in names)
+        at = ", ".join([f"{p} = {table[p][best]}" for p in settings] + [f"{n} = {show(table[n][best], units[n])}"
+                                                                         for n in names])
         print(f"{scenario.name}: {len(table['step_time_s'])} points; best step time "
               f"{table['step_time_s'][best]:.4f} s at {at}")
         if "vmap_s_per_point" in how:
             print(f"  batching: {how['batching']} (measured on {how['probe_points']} points: vmap "
                   f"{how['vmap_s_per_point']:.3g} s, loop {how['loop_s_per_point']:.3g} s per point)")
     return table
+
+
+def _grid_size(spec) -> int:
+    return math.prod(len(v) for v in spec.axes.values())
+
+
+def _cell(value):
+    """A config value as a sweep.csv cell: numbers stay numbers, anything else its YAML text."""
+    import yaml
+
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return value
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
 
 
 def cmd_failures(scenario, out: str, quiet: bool) -> dict:
@@ -494,7 +545,7 @@ COMMANDS = {"run": (cmd_run, "step time of every workload in a scenario"),
 
 
 OUTPUTS = {"run": ("run.json",), "optimize": ("optimize.json", "optimize_loss.png", "optimize_breakdown.png"),
-           "pareto": ("optimize_pareto.json", "optimize_pareto.png"),
+           "pareto": ("optimize_pareto.json", "optimize_pareto.png"), "links": ("links.csv", "links.png"),
            "sweep": ("sweep.json", "sweep.csv", "sweep.png"), "failures": ("failures.json", "failures.png"),
            "trace": ("trace.json", "trace_timeline.png", "trace_nodes.csv"),
            "export-trace": ("export-trace.json", "<job>.<rank>.et", "<job>.comm_group.json", "<job>.system.json")}
@@ -545,6 +596,10 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", dest="overrides",
                        help="override one key of the file, e.g. workloads.training[0].global_batch=128 "
                             "(repeatable; same units and checks as the file)")
+        if name == "run":
+            p.add_argument("--links", action="store_true", help="also write links.csv (every link: tier, capacity, "
+                           "bytes, mean and peak utilisation per phase, collectives) and links.png, and name the hot "
+                           "links, utilisation by tier and flow-completion times in run.json")
         if name == "optimize":
             p.add_argument("--pareto", type=int, nargs="?", const=17, default=None, metavar="N",
                            help="also write the cost / step-time front: a refined optimum at N budgets (default 17) "
@@ -642,6 +697,7 @@ def main(argv: list[str] | None = None) -> int:
                 if getattr(args, "pareto", None) is not None and args.pareto < 2:
                     raise UsageError(f"--pareto: needs at least 2 budgets, got {args.pareto}")
                 extra = {"pareto": args.pareto} if args.command == "optimize" else {}
+                extra.update({"links": args.links} if args.command == "run" else {})
                 COMMANDS[args.command][0](scenario, out, args.quiet, **extra)
         except OutputLocked as e:
             print(f"flowmodel: {e}", file=sys.stderr)
@@ -666,6 +722,7 @@ def main(argv: list[str] | None = None) -> int:
             _RECORD.reset(token)
     if not args.quiet and out is not None:
         files = OUTPUTS[args.command] + (OUTPUTS["pareto"] if getattr(args, "pareto", None) else ())
+        files += OUTPUTS["links"] if getattr(args, "links", False) else ()
         print(f"\nwrote {', '.join(files)} in {out}")
     return 0
 

@@ -26,6 +26,7 @@ from ._comm import Congestion as Congestion
 from ._comm import Options as Options
 from ._comm import RoutedPhase as RoutedPhase
 from ._comm import background_load as background_load
+from ._comm import fluid_inputs as fluid_inputs
 from ._comm import phase_finish as phase_finish
 from ._comm import phase_time as phase_time
 from ._comm import residual_capacity as residual_capacity

@@ -301,6 +301,21 @@ def residual_capacity(capacity, background, info: FabricInfo | None = None):
     return left
 
 
+def fluid_inputs(rp: RoutedPhase, capacity, latency, options: Options = EXACT, start_times=None):
+    """What the rate kernels get for ``rp``'s sub-flows: ``(sizes, capacity, weights, rate_limit,
+    start times or None)``, under the options' window and transport profile (``phase_time`` and
+    ``phase_finish`` time a phase with these; the link view replays them). ``start_times``: float[F]
+    per flow, or None."""
+    sub = rp.sub
+    sizes = sub.sizes(rp.sizes)
+    limit = _rate_limit(sub, latency, options.congestion)
+    starts = None if start_times is None else jnp.asarray(start_times)[sub.parent]
+    cap, weights, limit, delay = _transported(options, sub, sizes, capacity, latency, sub.weights(), limit)
+    if delay is not None:
+        starts = delay if starts is None else starts + delay
+    return sizes, cap, weights, limit, starts
+
+
 def phase_time(rp: RoutedPhase, capacity, latency, options: Options = EXACT, *, start_times=None):
     """Seconds from the phase's start until its last flow finishes, latency term included.
 
@@ -311,14 +326,8 @@ def phase_time(rp: RoutedPhase, capacity, latency, options: Options = EXACT, *, 
     """
     if rp.sub is None:
         return jnp.zeros((), jnp.asarray(capacity).dtype)
-    sub, congestion = rp.sub, options.congestion
-    sizes = sub.sizes(rp.sizes)
-    weights = sub.weights()
-    limit = _rate_limit(sub, latency, congestion)
-    starts = None if start_times is None else jnp.asarray(start_times)[sub.parent]
-    cap, weights, limit, delay = _transported(options, sub, sizes, capacity, latency, weights, limit)
-    if delay is not None:
-        starts = delay if starts is None else starts + delay
+    sub = rp.sub
+    sizes, cap, weights, limit, starts = fluid_inputs(rp, capacity, latency, options, start_times)
     if not options.smooth:
         finish = completion_times(sub.routes, sizes, cap, weights=weights, rate_limit=limit, start_times=starts,
                                   incidence=_incidence_for(rp, options), engine=options.engine)
@@ -329,7 +338,7 @@ def phase_time(rp: RoutedPhase, capacity, latency, options: Options = EXACT, *, 
         times = sizes / rates + (0.0 if starts is None else starts)
         bandwidth = soft_max(times, jax.lax.stop_gradient(jnp.mean(times)) / options.sharpness)
     busy = bandwidth - (0.0 if starts is None else jnp.min(starts))
-    hop = _hop_latency(sub, sizes, capacity, latency, busy, congestion)
+    hop = _hop_latency(sub, sizes, capacity, latency, busy, options.congestion)
     return bandwidth + rp.steps * (hop + options.step_latency)
 
 
@@ -343,15 +352,12 @@ def phase_finish(rp: RoutedPhase, capacity, latency, start_times, options: Optio
     int[F] names each flow's collective, ``collective_steps`` int[C] their step counts, and a flow
     pays its collective's steps x (the collective's longest route latency + step latency).
     """
-    sub, congestion = rp.sub, options.congestion
-    sizes = sub.sizes(rp.sizes)
-    starts = jnp.asarray(start_times)[sub.parent]
-    cap, weights, limit, delay = _transported(options, sub, sizes, capacity, latency, sub.weights(),
-                                              _rate_limit(sub, latency, congestion))
-    finish = completion_times(sub.routes, sizes, cap, weights=weights, rate_limit=limit,
-                              start_times=starts if delay is None else starts + delay,
+    sub = rp.sub
+    sizes, cap, weights, limit, starts = fluid_inputs(rp, capacity, latency, options, start_times)
+    finish = completion_times(sub.routes, sizes, cap, weights=weights, rate_limit=limit, start_times=starts,
                               incidence=_incidence_for(rp, options), engine=options.engine)
-    hops = _route_latencies(sub, sizes, capacity, latency, jnp.max(finish) - jnp.min(starts), congestion)
+    busy = jnp.max(finish) - jnp.min(jnp.asarray(start_times)[sub.parent])
+    hops = _route_latencies(sub, sizes, capacity, latency, busy, options.congestion)
     return sub.flow_finish(finish + _latency_terms(rp, hops, options, collective_of_flow, collective_steps))
 
 
@@ -361,16 +367,11 @@ def smooth_phase_finish(rp: RoutedPhase, capacity, latency, start_times, options
     re-sharing) started at ``start_times`` (float[F]), each plus its latency term as in
     ``phase_finish``, and the soft max temperature of ``phase_time``: their soft max at it is the
     smooth ``phase_time`` from 0."""
-    sub, congestion = rp.sub, options.congestion
-    sizes = sub.sizes(rp.sizes)
-    starts = jnp.asarray(start_times)[sub.parent]
-    cap, weights, limit, delay = _transported(options, sub, sizes, capacity, latency, sub.weights(),
-                                              _rate_limit(sub, latency, congestion))
-    if delay is not None:
-        starts = starts + delay
+    sub = rp.sub
+    sizes, cap, weights, limit, starts = fluid_inputs(rp, capacity, latency, options, start_times)
     rates = smooth_maxmin_rates(sub.routes, cap, weights=weights, rate_limit=limit, sharpness=options.sharpness)
     times = sizes / rates + starts
     temperature = jax.lax.stop_gradient(jnp.mean(times)) / options.sharpness
-    busy = soft_max(times, temperature) - jnp.min(starts)
-    hops = _route_latencies(sub, sizes, capacity, latency, busy, congestion)
+    busy = soft_max(times, temperature) - jnp.min(jnp.asarray(start_times)[sub.parent])
+    hops = _route_latencies(sub, sizes, capacity, latency, busy, options.congestion)
     return times + _latency_terms(rp, hops, options, collective_of_flow, collective_steps), temperature

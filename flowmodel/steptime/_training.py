@@ -196,17 +196,20 @@ class StepResult:
     links of bytes / capacity, plus the same latency term), efficiency = bound / time, and
     nccl-tests' algbw (bytes / time, bytes/s; ``bytes`` per rank, for DP the fullest rank's
     gradients) and busbw (algbw x the collective's factor, bytes/s); the plan's ``domains`` says
-    which domain each kind crosses.
+    which domain each kind crosses. ``dp_starts`` (float[V], s) is when each virtual stage's DP
+    reduction starts, the end of its last backward (empty without DP): the link view replays the
+    reduction from these.
     """
 
     step_time: object
     breakdown: dict
     by_domain: dict
     collectives: dict
+    dp_starts: object
 
 
-jax.tree_util.register_dataclass(StepResult, data_fields=["step_time", "breakdown", "by_domain", "collectives"],
-                                 meta_fields=[])
+jax.tree_util.register_dataclass(StepResult, data_fields=["step_time", "breakdown", "by_domain", "collectives",
+                                                          "dp_starts"], meta_fields=[])
 
 
 def routed_phases(plan: TrainingPlan) -> dict[str, RoutedPhase]:
@@ -286,9 +289,9 @@ def step_time(plan: TrainingPlan, network: Network, options: Options = EXACT, *,
     """
     residual_capacity(network.capacity, background, info)  # validates concrete inputs, names the link
     _resolve(plan, logits)  # unknown phase names fail here, before any work
-    finish, parts, by_domain, report = _step_numbers(plan, network.capacity, network.latency, background, logits,
-                                                     options)
-    return StepResult(step_time=finish, breakdown=parts, by_domain=by_domain, collectives=report)
+    finish, parts, by_domain, report, dp_starts = _step_numbers(plan, network.capacity, network.latency, background,
+                                                                logits, options)
+    return StepResult(step_time=finish, breakdown=parts, by_domain=by_domain, collectives=report, dp_starts=dp_starts)
 
 
 def compute_times(job: Training) -> tuple[float, float, float]:
@@ -335,6 +338,7 @@ def _step_numbers(plan: TrainingPlan, capacity, latency, background, logits, opt
     times = evaluate_schedule(plan.schedule, t_forward, t_backward, send_f, send_b)
     pipeline_end = jnp.max(times.free)
     finish, dp_exposed = pipeline_end, 0.0
+    dp_starts = jnp.zeros(0, capacity.dtype)
     m = job.micro_batches
     dp_times = {}
     if "dp" in phases:
@@ -357,6 +361,7 @@ def _step_numbers(plan: TrainingPlan, capacity, latency, background, logits, opt
                 dp_times[kind] = jnp.max(ends[which == c]) - jnp.min(starts[which == c])
         finish = jnp.maximum(pipeline_end, dp_finish)
         dp_exposed = finish - pipeline_end
+        dp_starts = times.last_backward.astype(capacity.dtype)
 
     # the busiest rank: most layer FLOP (ties: the first)
     work = [float(layer_f[s::par.pp].sum()) for s in range(par.pp)]
@@ -395,7 +400,7 @@ def _step_numbers(plan: TrainingPlan, capacity, latency, background, logits, opt
         report[kind] = {"seconds": time, "bound_seconds": bound, "efficiency": bound / time,
                         "bytes": size, "ranks": n, "algbw": size / time,
                         "busbw": size / time * bus_factor(collective, n)}
-    return finish, parts, by_domain, report
+    return finish, parts, by_domain, report, dp_starts
 
 
 def _bound(ph: RoutedPhase, capacity, latency, step_latency, *, sub_mask=None, steps=None):
