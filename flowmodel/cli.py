@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextvars
 import copy
+import math
 import os
 import sys
 import tempfile
@@ -220,7 +221,7 @@ def _prepare(scenario, quiet: bool, gradients: bool = False, seeds: int = 1):
     return model
 
 
-def cmd_run(scenario, out: str, quiet: bool) -> dict:
+def cmd_run(scenario, out: str, quiet: bool, links: bool = False) -> dict:
 
     from .seeds import SeedSet, routing_seeds
 
@@ -239,6 +240,15 @@ def cmd_run(scenario, out: str, quiet: bool) -> dict:
     _say(quiet)("compile and evaluate")
     result = seeded_result(model, batch.evaluate(), seeds)
     lines = []
+    if links:  # the link view: links.csv, links.png, run.json's "links"; of the file's seed (routes differ by seed)
+        from . import links as link_view
+
+        _say(quiet)("link view: replay every phase, per-link loads"
+                    + (f" (routing seed {seeds[0]})" if len(seeds) > 1 else ""))
+        result["links"], table = link_view.report(model, model.evaluate(), out)
+        result["links"]["routing_seed"] = seeds[0]
+        result["units"] = {**result["units"], **link_view.UNITS}
+        lines.append(table)
     if jobs is not None:  # time to train under failures, checkpoints and restarts
         _say(quiet)("time to train: checkpoint traffic, expectation and Monte Carlo")
         figures, lines = reliability.report(model, jobs)
@@ -403,8 +413,9 @@ def sweep_evaluation(model, batch=None):
 
         parts = {k: pick(jnp.stack([jnp.asarray(r.breakdown[k]) for r in steps])) for k in steps[0].breakdown}
         out = {"step_time_s": pick(times), **{f"{k}_s": v for k, v in parts.items()}}
-        if not seeded:
-            return out
+        if not seeded:  # with a batch of one seed, its range is the value (every sweep.csv has the columns)
+            return out if batch is None else {"step_time_s": out["step_time_s"], "step_time_min_s": out["step_time_s"],
+                                              "step_time_max_s": out["step_time_s"], **out}
         t = out.pop("step_time_s")
         return {"step_time_s": t.mean(), "step_time_min_s": t.min(), "step_time_max_s": t.max(),
                 **{k: v.mean() for k, v in out.items()}}
@@ -416,42 +427,102 @@ COLUMN_SUFFIX = {"bytes/s": "_Bps", "ratio": "_ratio"}  # sweep.csv / sweep.json
 
 
 def cmd_sweep(scenario, out: str, quiet: bool) -> dict:
+    import jax
+    from tqdm import tqdm
+
     from . import plots, sweep
     from ._units import show
     from .seeds import SeedSet, describe, routing_seeds
 
-    seeds = routing_seeds(_needs(scenario, "sweep").routing, default=int(SEEDED["sweep"]))
-    model = _prepare(scenario, quiet, seeds=len(seeds))
-    axes = scenario.sweep.axes
-    _check_groups(model, list(axes), lambda i, g: f"sweep.grid.{g}")
-    points = sweep.grid(**axes)
-    _say(quiet)(f"compile and evaluate {len(next(iter(points.values())))} points"
-                + (f", each under {len(seeds)} {scenario.routing.policy} seeds" if len(seeds) > 1 else ""))
-    how: dict = {}
-    table = sweep.sweep(sweep_evaluation(model, SeedSet(model, seeds)), points, chunk=scenario.sweep.chunk,
-                        progress=not quiet, batching=scenario.sweep.batching, info=how)
-    names = list(axes)
-    units = {n: model.info.groups[n].unit for n in names}
-    plots.sweep_lines(table, names, "step_time_s", os.path.join(out, "sweep.png"), units=units,
-                      band=("step_time_min_s", "step_time_max_s") if len(seeds) > 1 else None)
+    spec = _needs(scenario, "sweep").sweep
+    settings = [path for path, _ in spec.settings]
+    variants = spec.variants or (((), scenario),)
+    names = list(spec.axes)
+    # each point over its routing seeds (default 8 when hash-routed; one when the sweep sets the seed itself)
+    seed_default = 1 if "fabric.routing.seed" in settings else int(SEEDED["sweep"])
+    counts: set[int] = set()
+    if len(variants) > 1:
+        _say(quiet)(f"prepare and evaluate {len(variants)} scenarios (every combination of "
+                    f"{', '.join(settings)})" + (f", each over {_grid_size(spec)} link-group points" if names else ""))
+    tables, how, units = [], {}, {}
+    with tqdm(total=len(variants), desc="sweep", unit="scenario", disable=quiet or len(variants) == 1) as bar:
+        for assignment, variant in variants:
+            bar.set_postfix_str(", ".join(f"{p.rsplit('.', 1)[-1]}={v}" for p, v in assignment))
+            seeds = routing_seeds(variant.routing, default=seed_default)
+            counts.add(len(seeds))
+            try:
+                model = _prepare(variant, quiet or len(variants) > 1, seeds=len(seeds))
+                _check_groups(model, names, lambda i, g: f"sweep.grid.{g}")
+            except ValueError as e:
+                if not assignment:
+                    raise
+                at = ", ".join(f"{p} = {v!r}" for p, v in assignment)
+                raise type(e)(f"sweep.grid: at {at}: {e}") from None
+            units = {n: model.info.groups[n].unit for n in names}
+            evaluate = sweep_evaluation(model, SeedSet(model, seeds))
+            if names:
+                if len(variants) == 1:
+                    _say(quiet)(f"compile and evaluate {_grid_size(spec)} points"
+                                + (f", each under {len(seeds)} {variant.routing.policy} seeds" if len(seeds) > 1
+                                   else ""))
+                table = sweep.sweep(evaluate, sweep.grid(**spec.axes), chunk=spec.chunk, batching=spec.batching,
+                                    progress=not quiet and len(variants) == 1, info=how)
+            else:  # settings only: one exact evaluation of this scenario
+                table = {k: np.asarray([float(v)]) for k, v in jax.jit(evaluate)({}).items()}
+            rows = len(table["step_time_s"])
+            tables.append({**{p: np.asarray([_cell(v)] * rows, dtype=object) for p, v in assignment}, **table})
+            bar.update(1)
+    table = {k: np.concatenate([t[k] for t in tables]) for k in tables[0]}
+    axes = settings + names
+    plots.sweep_lines(table, axes, "step_time_s", os.path.join(out, "sweep.png"), units=units,
+                      band=("step_time_min_s", "step_time_max_s") if max(counts) > 1 else None)
     columns = {f"{n}{COLUMN_SUFFIX.get(units[n], '')}" if n in units else n: v for n, v in table.items()}
     csv_path, json_path = sweep.write_table(columns, out, meta={"scenario": scenario.name, "units": UNITS,
-                                                                "parameter_units": units, "batching": how,
-                                                                "statistic": describe(scenario.routing, seeds),
-                                                                "routing_seeds": list(seeds),
+                                                                "parameter_units": units, "settings": settings,
+                                                                "batching": how, "statistic": _sweep_statistic(
+                                                                    scenario, counts, seed_default),
                                                                 "provenance": provenance()})
     if not quiet:
         best = int(np.argmin(table["step_time_s"]))
-        at = ", ".join(f"{n} = {show(table[n][best], units[n])}" for n in names)
+        at = ", ".join([f"{p} = {table[p][best]}" for p in settings] + [f"{n} = {show(table[n][best], units[n])}"
+                                                                         for n in names])
+        lo, hi = table["step_time_min_s"][best], table["step_time_max_s"][best]
+        how_seeded = describe(scenario.routing, seeds) if len(variants) == 1 else "over its routing seeds"
         print(f"{scenario.name}: {len(table['step_time_s'])} points; best step time "
-              f"{table['step_time_s'][best]:.4f} s at {at}"
-              + f" ({describe(scenario.routing, seeds)}"
-              + (f": min {table['step_time_min_s'][best]:.4f}, max {table['step_time_max_s'][best]:.4f})"
-                 if len(seeds) > 1 else ")"))
+              f"{table['step_time_s'][best]:.4f} s at {at} ({how_seeded}"
+              + (f": min {lo:.4f}, max {hi:.4f})" if max(counts) > 1 else ")"))
         if "vmap_s_per_point" in how:
             print(f"  batching: {how['batching']} (measured on {how['probe_points']} points: vmap "
                   f"{how['vmap_s_per_point']:.3g} s, loop {how['loop_s_per_point']:.3g} s per point)")
     return table
+
+
+def _sweep_statistic(scenario, counts: set[int], default: int) -> str:
+    """What sweep.csv's step time columns are, over routing seeds."""
+    from .seeds import describe, routing_seeds
+
+    if len(scenario.sweep.variants or ()) <= 1:
+        what = describe(scenario.routing, routing_seeds(scenario.routing, default))
+    else:
+        what = (f"each point over its scenario's routing seeds (fabric.routing.seeds; default {default} for ecmp and "
+                f"qp_scaling, one value for spray and wcmp)")
+    return (f"step_time_s and the breakdown columns: {what}; step_time_min_s / step_time_max_s: the range of the "
+            f"step time over the seeds" + ("" if max(counts) > 1 else " (one seed: the value)"))
+
+
+def _grid_size(spec) -> int:
+    return math.prod(len(v) for v in spec.axes.values())
+
+
+def _cell(value):
+    """A config value as a sweep.csv cell: numbers stay numbers, anything else its YAML text."""
+    import yaml
+
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return value
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
 
 
 def cmd_failures(scenario, out: str, quiet: bool) -> dict:
@@ -612,7 +683,7 @@ SEEDED = {"run": "8", "failures": "8", "sweep": "8",
 
 
 OUTPUTS = {"run": ("run.json",), "optimize": ("optimize.json", "optimize_loss.png", "optimize_breakdown.png"),
-           "pareto": ("optimize_pareto.json", "optimize_pareto.png"),
+           "pareto": ("optimize_pareto.json", "optimize_pareto.png"), "links": ("links.csv", "links.png"),
            "sweep": ("sweep.json", "sweep.csv", "sweep.png"), "failures": ("failures.json", "failures.png"),
            "trace": ("trace.json", "trace_timeline.png", "trace_nodes.csv"),
            "export-trace": ("export-trace.json", "<job>.<rank>.et", "<job>.comm_group.json", "<job>.system.json")}
@@ -668,6 +739,11 @@ def _parser() -> argparse.ArgumentParser:
                            help="evaluate hash-routed figures (ecmp, qp_scaling) over the N routing seeds seed, "
                                 "seed + 1, ... in one batch and report their mean and spread (fabric.routing.seeds; "
                                 f"default {SEEDED[name]})")
+        if name == "run":
+            p.add_argument("--links", action="store_true", help="also write links.csv (every link: tier, capacity, "
+                           "bytes, mean and peak utilisation per phase, collectives) and links.png, and name the hot "
+                           "links, utilisation by tier and flow-completion times in run.json (of the file's "
+                           "routing seed)")
         if name == "optimize":
             p.add_argument("--pareto", type=int, nargs="?", const=17, default=None, metavar="N",
                            help="also write the cost / step-time front: a refined optimum at N budgets (default 17) "
@@ -767,6 +843,7 @@ def main(argv: list[str] | None = None) -> int:
                 if getattr(args, "pareto", None) is not None and args.pareto < 2:
                     raise UsageError(f"--pareto: needs at least 2 budgets, got {args.pareto}")
                 extra = {"pareto": args.pareto} if args.command == "optimize" else {}
+                extra.update({"links": args.links} if args.command == "run" else {})
                 COMMANDS[args.command][0](scenario, out, args.quiet, **extra)
         except OutputLocked as e:
             print(f"flowmodel: {e}", file=sys.stderr)
@@ -791,6 +868,7 @@ def main(argv: list[str] | None = None) -> int:
             _RECORD.reset(token)
     if not args.quiet and out is not None:
         files = OUTPUTS[args.command] + (OUTPUTS["pareto"] if getattr(args, "pareto", None) else ())
+        files += OUTPUTS["links"] if getattr(args, "links", False) else ()
         print(f"\nwrote {', '.join(files)} in {out}")
     return 0
 

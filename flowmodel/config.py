@@ -38,8 +38,10 @@ flowmodel.config.ConfigError: workloads.training[0].global_bach: unknown key; di
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
+import itertools
 import math
 import re
 from collections.abc import Callable
@@ -50,9 +52,9 @@ import yaml
 from . import _units
 from .fabric import Clos, Fleet, LongHaul, ScaleUp, Site, full_mesh, ring
 from .optimize import CostModel, Knob
-from .scenario import FailureSet, Routing, Scenario, Search, SweepGrid
+from .scenario import FailureSet, Routing, Scenario, Search, SweepGrid, is_link_group
 from .steptime import CABLES, SWITCHES, Component, Congestion, Options, Reliability
-from .traffic import Background, Inference, Model, Parallelism, Training, llama3_405b
+from .traffic import Background, Inference, Model, Parallelism, Training, deepseek_v3, llama3_405b
 
 
 class ConfigError(ValueError):
@@ -272,6 +274,17 @@ MODEL = Section({
     "experts": Key("int", "MoE experts per layer (0: dense)"),
     "top_k": Key("int", "experts each token is routed to"),
     "moe_ffn_hidden": Key("int", "each expert's hidden size (default ffn_hidden)"),
+    "capacity_factor": Key("float", "expert buffer slots per routed token: all-to-all bytes and expert compute "
+                                    "scale with top_k x capacity_factor; > 0"),
+    "shared_experts": Key("int", "experts of moe_ffn_hidden every token passes through, beside the routed ones"),
+    "dense_layers": Key("int", "the first layers that have a dense MLP of ffn_hidden instead of experts"),
+    "head_dim": Key("int", "per-head width of values (and of queries and keys without their rotary part); "
+                           "default hidden / heads"),
+    "kv_lora_rank": Key("int", "multi-head latent attention: the KV latent the cache holds per token and layer "
+                               "(0: grouped-query attention)"),
+    "q_lora_rank": Key("int", "latent attention: the query latent (0: queries projected from the hidden state)"),
+    "rope_head_dim": Key("int", "latent attention: the rotary part of each query and key head (one rotary key "
+                                "per token shared by all heads, kept in the cache)"),
     "dtype_bytes": Key("int", "bytes per activation and weight element"),
 }, target=Model)
 PARALLELISM = Section({
@@ -298,6 +311,11 @@ TRAINING = Section({
     "first_rank": Key("int", "the job's first GPU rank; it runs on the next tp x cp x pp x dp ranks", 0, None),
     "tokens": Key("float", "tokens to train on (for the time to train; write 1.5e+13: YAML needs the sign)"),
     "steps": Key("int", "steps to train, instead of tokens"),
+    "zero_stage": Key("int", "what the data-parallel ranks shard (memory per GPU): 0 nothing, 1 optimizer state "
+                             "(Megatron's distributed optimizer), 2 gradients too (Llama 3's FSDP)"),
+    "recompute": Key("str", "`none` (every layer keeps its activations) or `full` (a layer keeps its input and "
+                            "reruns its forward, collectives included, in the backward pass)"),
+    "optimizer_bytes": Key("int", "optimizer state per parameter (Adam: fp32 master weights and two moments)"),
 }, target=Training, convert=_training)
 INSTANCES = Section({
     "first_rank": Key("int", "first GPU rank of the first instance", REQUIRED),
@@ -370,7 +388,10 @@ OPTIMIZE = Section({
                           "stay as routed"),
 }, target=Search)
 SWEEP = Section({
-    "grid": Key("grid", "link group -> list of values; the sweep evaluates every combination"),
+    "grid": Key("grid", "link group (`b0/spine_up`) or config key path (`fabric.routing.policy`, "
+                        "`workloads.training[0].parallelism.tp`) -> list of values; the sweep evaluates every "
+                        "combination: link-group points batched on one prepared model, each combination of config "
+                        "keys prepared again"),
     "chunk": Key("int", "points per vmapped call (default: all at once)"),
     "batching": Key("str", "`auto` (time both ways on the first points, keep the faster), `vmap` or `loop`"),
 }, target=SweepGrid)
@@ -451,7 +472,7 @@ SCENARIO = Section({  # a new section: its declaration above, one key here, its 
                                     "(needs tokens or steps on a training job)"),
 }, target=Scenario, convert=_scenario)
 
-MODEL_PRESETS = {"llama3-405b": llama3_405b}
+MODEL_PRESETS = {"llama3-405b": llama3_405b, "deepseek-v3": deepseek_v3}
 
 
 def _fail(where: str, message: str):
@@ -493,10 +514,21 @@ def _scalar(kind: str, value, where: str):
         return [_scalar(item, v, f"{where}[{i}]") for i, v in enumerate(items)]
     if kind == "knob":  # a ratio (number) or a capacity (bandwidth string)
         return _scalar("bandwidth", value, where) if isinstance(value, str) else _scalar("float", value, where)
-    if kind == "grid":  # link group -> list of values (ratios, or capacities with units)
+    if kind == "grid":  # link group -> ratios or capacities; config key path -> YAML values, read per variant
         if not isinstance(value, dict) or not value:
-            _fail(where, f"expected a mapping of link group -> list of values, got {value!r}")
-        return {str(k): _scalar("knobs", v, f"{where}.{k}") for k, v in value.items()}
+            _fail(where, f"expected a mapping of link group or config key -> list of values, got {value!r}")
+        out = {}
+        for k, v in value.items():
+            if is_link_group(k):
+                out[str(k)] = _scalar("knobs", v, f"{where}.{k}")
+                continue
+            if not _is_key_path(str(k)):
+                _fail(f"{where}.{k}", "expected a link group (site/tier) or a config key path, e.g. "
+                                      "fabric.routing.policy or workloads.training[0].parallelism.tp")
+            if not isinstance(v, list) or not v:
+                _fail(f"{where}.{k}", f"expected a non-empty list of values, got {v!r}")
+            out[str(k)] = v
+        return out
     if kind == "probabilities":
         if not isinstance(value, dict):
             _fail(where, f"expected a mapping of tier or switch kind -> probability, got {value!r}")
@@ -570,6 +602,10 @@ def _make(cls, fields: dict, where: str, alias: str | None = None):
         head = re.match(r"^([A-Za-z_]+)(?=[.:\[])", message)
         if head and alias is not None and head.group(1) == alias:
             message, head = base + message[len(alias):], re.match(r"^([A-Za-z_]+)", base)
+        nested = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+        if (head and head.group(1) != base and head.group(1) in nested
+                and message[len(head.group(1))] == "."):  # "parallelism.ep: ..." of a training job: one path
+            raise ConfigError(f"{where}.{message}") from None
         if head and head.group(1) == base:  # "scale_out.ratio[1]: ..." under "...scale_out" -> one path
             message = message[len(base):]
             if message.startswith("[") and "[" in last:  # the index is already in the path
@@ -579,10 +615,33 @@ def _make(cls, fields: dict, where: str, alias: str | None = None):
 
 
 def parse(data: Any) -> Scenario:
-    """A scenario from already-parsed YAML data (a mapping)."""
+    """A scenario from already-parsed YAML data (a mapping). A sweep over config keys gets its
+    variants: every combination of their values applied to ``data`` and parsed (so a bad value is
+    refused when the file is loaded, named by its sweep key)."""
     if not isinstance(data, dict):
         _fail("scenario", f"expected a mapping of sections ({', '.join(SCENARIO)}), got {type(data).__name__} {data!r}")
-    return _read(data, SCENARIO, "")
+    scenario = _read(data, SCENARIO, "")
+    if scenario.sweep is None or not scenario.sweep.settings:
+        return scenario
+    settings = scenario.sweep.settings
+    base = copy.deepcopy(data)
+    grid = {k: v for k, v in base["sweep"]["grid"].items() if is_link_group(k)}
+    if grid:
+        base["sweep"]["grid"] = grid
+    else:
+        del base["sweep"]
+    variants = []
+    for combo in itertools.product(*(values for _, values in settings)):
+        variant = copy.deepcopy(base)
+        for (path, _), value in zip(settings, combo):
+            variant = _assign(variant, path, copy.deepcopy(value), f"sweep.grid.{path}")
+        assignment = tuple((path, value) for (path, _), value in zip(settings, combo))
+        try:
+            variants.append((assignment, parse(variant)))
+        except ConfigError as e:
+            at = ", ".join(f"{path} = {value!r}" for path, value in assignment)
+            raise ConfigError(f"sweep.grid: at {at}: {e}") from None
+    return dataclasses.replace(scenario, sweep=dataclasses.replace(scenario.sweep, variants=tuple(variants)))
 
 
 def override(data: Any, assignment: str) -> Any:
@@ -592,13 +651,27 @@ def override(data: Any, assignment: str) -> Any:
     result is checked by ``parse`` like a file, with the same units and errors."""
     key, sep, text = assignment.partition("=")
     key = key.strip()
-    tokens = re.findall(r"[^.\[\]]+|\[\d+\]", key)
-    if not sep or not key or "".join(t if t.startswith("[") else "." + t for t in tokens).lstrip(".") != key:
+    if not sep or not _is_key_path(key):
         raise ConfigError(f"--set {assignment!r}: expected KEY.PATH=VALUE, e.g. workloads.training[0].global_batch=128")
     try:
         value = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"--set {key}: cannot read {text!r} ({getattr(e, 'problem', e)})") from None
+    return _assign(data, key, value, f"--set {key}")
+
+
+def _tokens(key: str) -> list[str]:
+    """A key path's parts: ``a.b[0].c`` -> ``a``, ``b``, ``[0]``, ``c``."""
+    return re.findall(r"[^.\[\]]+|\[\d+\]", key)
+
+
+def _is_key_path(key: str) -> bool:
+    return bool(key) and "".join(t if t.startswith("[") else "." + t for t in _tokens(key)).lstrip(".") == key
+
+
+def _assign(data: Any, key: str, value: Any, label: str) -> Any:
+    """``data`` with the item at key path ``key`` set to ``value`` (missing sections created)."""
+    tokens = _tokens(key)
     data = {} if data is None else data
     node, where = data, ""
     for token, following in zip(tokens, tokens[1:] + [None]):
@@ -608,7 +681,7 @@ def override(data: Any, assignment: str) -> Any:
                 size = "is not a list"
                 if isinstance(node, list):
                     size = f"has {len(node)} item{'' if len(node) == 1 else 's'}"
-                raise ConfigError(f"--set {key}: {where or 'the scenario'} {size}")
+                raise ConfigError(f"{label}: {where or 'the scenario'} {size}")
             where += token
             if following is None:
                 node[index] = value
@@ -616,7 +689,7 @@ def override(data: Any, assignment: str) -> Any:
                 node = node[index]
             continue
         if not isinstance(node, dict):
-            raise ConfigError(f"--set {key}: {where or 'the scenario'} is not a mapping")
+            raise ConfigError(f"{label}: {where or 'the scenario'} is not a mapping")
         where = f"{where}.{token}" if where else token
         if following is None:
             node[token] = value
@@ -658,7 +731,7 @@ _KINDS = {"int": "integer", "float": "number", "bool": "true / false", "str": "s
           "length": "length (`30km`, `500m`)", "size": "bytes (`256MiB`, `80GB`)",
           "ratios": "ratio or list of ratios", "ints": "list of integers", "strs": "list of strings",
           "knob": "ratio or bandwidth", "knobs": "list of ratios or bandwidths",
-          "grid": "mapping: link group -> list of values", "prices": "mapping: tier -> number",
+          "grid": "mapping: link group or config key path -> list of values", "prices": "mapping: tier -> number",
           "probabilities": "mapping: tier or switch kind -> number",
           "model": "preset name or mapping (`model` below)"}
 

@@ -88,9 +88,10 @@ def _geometric(values) -> bool:
 
 def sweep_lines(table: dict, names: list[str], output: str, path: str, *, units: dict[str, str] | None = None,
                 band: tuple[str, str] | None = None) -> None:
-    """``output`` against the first swept parameter (in Gbps for capacities; log axis when the grid
-    is geometric), one line per value of the others, each with its own marker and line style;
-    ``band``: the (low, high) columns shaded around each line (the min-max over routing seeds)."""
+    """``output`` against the first numeric swept parameter (in Gbps for capacities; log axis when the
+    grid is geometric; a setting such as a policy name is a categorical axis when nothing is numeric),
+    one line per value of the others, each with its own marker and line style; ``band``: the (low,
+    high) columns shaded around each line (the min-max over routing seeds)."""
     import numpy as np
 
     plt = new_figure()
@@ -100,28 +101,43 @@ def sweep_lines(table: dict, names: list[str], output: str, path: str, *, units:
     def scaled(name):
         return _UNIT_SCALE.get(units.get(name, ""), (1.0, units.get(name, "")))
 
-    factor, unit = scaled(names[0])
-    x = np.asarray(table[names[0]]) / factor
-    others = [np.asarray(table[n]) for n in names[1:]]
-    keys = sorted(set(zip(*others))) if others else [()]
+    def numeric(name):
+        return all(isinstance(v, (int, float, np.number)) and not isinstance(v, bool) for v in table[name])
+
+    def label(name, v):
+        return f"{name} = {_value(v / scaled(name)[0], scaled(name)[1])}" if numeric(name) else f"{name} = {v}"
+
+    first = next((n for n in names if numeric(n)), names[0])
+    names = [first] + [n for n in names if n != first]
+    factor, unit = scaled(first)
+    categories = None if numeric(first) else list(dict.fromkeys(table[first]))
+    x = (np.asarray(table[first], float) / factor if categories is None
+         else np.asarray([categories.index(v) for v in table[first]], float))
+    others = [np.asarray(table[n], dtype=object) for n in names[1:]]
+    keys = list(dict.fromkeys(zip(*others))) if others else [()]
     markers, styles = "osD^vP*X", ("-", "--", "-.", ":")
     for i, key in enumerate(keys):
         mask = np.ones(x.size, bool)
         for col, v in zip(others, key):
             mask &= col == v
-        label = ", ".join(f"{n} = {_value(v / scaled(n)[0], scaled(n)[1])}" for n, v in zip(names[1:], key)) or None
         (line,) = ax.plot(x[mask], np.asarray(table[output])[mask], marker=markers[i % len(markers)],
-                          linestyle=styles[i % len(styles)], markersize=5, label=label)
+                          linestyle=styles[i % len(styles)], markersize=5,
+                          label=", ".join(label(n, v) for n, v in zip(names[1:], key)) or None)
         if band is not None:
             order = np.argsort(x[mask])
-            ax.fill_between(x[mask][order], np.asarray(table[band[0]])[mask][order],
-                            np.asarray(table[band[1]])[mask][order], color=line.get_color(), alpha=0.15, linewidth=0)
-    if _geometric(x):
+            ax.fill_between(x[mask][order], np.asarray(table[band[0]], float)[mask][order],
+                            np.asarray(table[band[1]], float)[mask][order], color=line.get_color(), alpha=0.15,
+                            linewidth=0)
+    if categories is not None:
+        ax.set_xticks(range(len(categories)), [str(c) for c in categories])
+    elif _geometric(x):
         ax.set_xscale("log")
         ax.set_xticks(np.unique(x), [f"{v:g}" for v in np.unique(x)])
         ax.xaxis.set_minor_locator(plt.matplotlib.ticker.NullLocator())
+    elif np.unique(x).size <= 12 and np.all(x == np.round(x)):  # counts and seeds: a tick at each value
+        ax.set_xticks(np.unique(x), [f"{v:g}" for v in np.unique(x)])
     ax.ticklabel_format(axis="y", useOffset=False, style="plain")
-    ax.set_xlabel(f"{names[0]} ({unit})" if unit else names[0])
+    ax.set_xlabel(f"{first} ({unit})" if unit else first)
     ax.set_ylabel(output.removesuffix("_s").replace("_", " ") + " (s)" if output.endswith("_s") else output)
     ax.grid(alpha=0.3, which="both")
     if others:
@@ -232,5 +248,41 @@ def trace_timeline(spans: dict[int, dict[str, list[tuple[float, float]]]], makes
     ax.set_xlabel("time (s)")
     ax.invert_yaxis()
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def link_utilisation(by_tier: dict[str, dict], hot: list[dict], path: str) -> None:
+    """Left: per link tier, the mean and the max over its links of their peak and of their mean
+    utilisation (%); right: the hottest links' peak and mean utilisation (the ``run --links`` figure)."""
+    import numpy as np
+
+    plt = new_figure()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 0.6 + max(3.0, 0.3 * len(hot))), layout="constrained",
+                                      gridspec_kw={"width_ratios": [1, 1.3]})
+    tiers = list(by_tier)
+    y = np.arange(len(tiers))
+    bars = (("max_peak_util", "max of peak", "#d62728"), ("mean_peak_util", "mean of peak", "#ff9896"),
+            ("max_mean_util", "max of mean", "#1f77b4"), ("mean_mean_util", "mean of mean", "#aec7e8"))
+    height = 0.8 / len(bars)
+    for i, (key, label, colour) in enumerate(bars):
+        left.barh(y + (i - 1.5) * height, [100 * by_tier[t][key] for t in tiers], height, label=label, color=colour)
+    left.set_yticks(y, [f"{t} ({by_tier[t]['used']}/{by_tier[t]['links']})" for t in tiers], fontsize=7)
+    left.invert_yaxis()
+    left.set_xlim(0, 105)
+    left.set_xlabel("utilisation (% of capacity)", fontsize=8)
+    left.set_title("by tier (links used / links)", fontsize=9, loc="left")
+    left.grid(axis="x", alpha=0.3)
+    left.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=4)
+    rows = np.arange(len(hot))
+    right.barh(rows - 0.2, [100 * h["peak_util"] for h in hot], 0.4, color="#d62728", label="peak")
+    right.barh(rows + 0.2, [100 * h["mean_util"] for h in hot], 0.4, color="#1f77b4", label="mean over the step")
+    right.set_yticks(rows, [f"{h['link']} ({h['tier']})" for h in hot], fontsize=6)
+    right.invert_yaxis()
+    right.set_xlim(0, 105)
+    right.set_xlabel("utilisation (% of capacity)", fontsize=8)
+    right.set_title(f"the {len(hot)} hottest links", fontsize=9, loc="left")
+    right.grid(axis="x", alpha=0.3)
+    right.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     save_figure(fig, path)
     plt.close(fig)

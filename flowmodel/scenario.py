@@ -123,21 +123,41 @@ class Search:
 
 @dataclasses.dataclass(frozen=True)
 class SweepGrid:
-    """The sweep section: link group -> values (the grid is every combination), points per call, and
-    how the points are batched (``auto``: measured; ``vmap``; ``loop``)."""
+    """The sweep section: link group -> values, and config key path -> values (``settings``); the grid
+    is every combination. Points per call, and how the link-group points are batched (``auto``:
+    measured; ``vmap``; ``loop``).
 
-    grid: tuple[tuple[str, tuple[float, ...]], ...]
+    A key with a ``/`` is a link group (``b0/spine_up``): its points change only link capacities and
+    are evaluated batched on one prepared model. Any other key is a config key path, as ``--set``
+    takes it (``fabric.routing.policy``, ``workloads.training[0].parallelism.tp``): each of its values
+    changes what is built, routed or planned, so every combination of settings is a scenario of its
+    own (``variants``, parsed and checked when the config is loaded) and is prepared again."""
+
+    grid: tuple[tuple[str, tuple], ...]
     chunk: int | None = None
     batching: str = "auto"
+    settings: tuple[tuple[str, tuple], ...] = ()
+    # (assignment, scenario) per combination of settings: ((key path, value), ...) and what it parses to
+    variants: tuple = dataclasses.field(default=(), compare=False, repr=False)
 
     def __post_init__(self):
-        grid = tuple((str(g), tuple(float(v) for v in vs)) for g, vs in dict(self.grid).items())
-        object.__setattr__(self, "grid", grid)
-        if not self.grid:
-            raise ValueError("sweep.grid: needs at least one link group")
-        for group, values in self.grid:
+        axes = dict(self.grid)
+        for path, values in self.settings:
+            axes.setdefault(path, values)
+        groups = tuple((str(g), tuple(float(v) for v in vs)) for g, vs in axes.items() if is_link_group(g))
+        settings = tuple((str(k), tuple(vs)) for k, vs in axes.items() if not is_link_group(k))
+        object.__setattr__(self, "grid", groups)
+        object.__setattr__(self, "settings", settings)
+        if not groups and not settings:
+            raise ValueError("sweep.grid: needs at least one link group or config key")
+        for group, values in groups:
             if not values or min(values) <= 0 or not all(math.isfinite(v) for v in values):
                 raise ValueError(f"sweep.grid.{group}: needs positive values, got {list(values)}")
+        for path, values in settings:
+            if not values:
+                raise ValueError(f"sweep.grid.{path}: needs at least one value")
+            if len(set(map(repr, values))) != len(values):
+                raise ValueError(f"sweep.grid.{path}: a value is listed twice, got {list(values)}")
         if self.chunk is not None:
             check_number("sweep.chunk", self.chunk, minimum=1, integer=True)
         if self.batching not in ("auto", "vmap", "loop"):
@@ -145,7 +165,13 @@ class SweepGrid:
 
     @property
     def axes(self) -> dict[str, tuple[float, ...]]:
+        """The link-group axes (batched on one prepared model)."""
         return dict(self.grid)
+
+
+def is_link_group(key: str) -> bool:
+    """A sweep key names a link group (``site/tier``, ``long_haul/a-b``), not a config key path."""
+    return "/" in str(key)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,10 +290,14 @@ class Scenario:
             memory = job.memory()
             need = sum(memory.values())
             if need > job.hbm:
+                hint = ("a wider model-parallel layout or offloading, which the step time does not include"
+                        if job.recomputes else "recompute: full (the step time counts its extra forward pass) or "
+                        "offloading")
                 out.append(f"workloads.training[{i}].hbm: {job.name!r} needs about {need / 1e9:.1f} GB per GPU "
-                           f"(activations {memory['activations'] / 1e9:.1f} GB with selective recomputation), more "
-                           f"than hbm = {job.hbm / 1e9:.0f} GB: it would need full recomputation or offloading, "
-                           f"which the step time does not include")
+                           f"(weights {memory['weights'] / 1e9:.1f}, gradients {memory['gradients'] / 1e9:.1f}, "
+                           f"optimizer {memory['optimizer'] / 1e9:.1f}, activations {memory['activations'] / 1e9:.1f} "
+                           f"GB with recompute: {job.recompute}, zero_stage {job.zero_stage}), more than hbm = "
+                           f"{job.hbm / 1e9:.0f} GB: it would need {hint}")
         return out
 
 
@@ -339,6 +369,17 @@ class Model:
         if options not in self._programs:
             self._programs[options] = Program(lambda net, lg: self.fleet(net, options, lg))
         return self._programs[options](network, logits)
+
+    def links(self, fleet: FleetResult | None = None, network: Network | None = None, options: Options | None = None,
+              logits=None):
+        """The link view (``flowmodel.links.LinkView``: per-link bytes, utilisation and collectives,
+        hot links, utilisation by tier, flow-completion times) of ``fleet``, an ``evaluate`` of this
+        model with the same network, options and logits (evaluated here when None)."""
+        from . import links
+
+        if fleet is None:
+            fleet = self.evaluate(network, options, logits)
+        return links.build(self, fleet, network=network, options=options, logits=logits)
 
     def split_logits(self) -> dict:
         """Zero WCMP logits (an even split, the routing the scenario is evaluated with) for every routed

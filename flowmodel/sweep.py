@@ -189,11 +189,17 @@ def _vmap(fn, block, devices, size=None):
     return {key: v[:size - pad] for key, v in full.items()}
 
 
+def _cell(value):
+    """A table cell: a number as a float (a setting's integer as an integer), a setting's text (a
+    policy name) as it is."""
+    return value if isinstance(value, (str, int)) else float(value)
+
+
 def write_table(columns: Mapping[str, np.ndarray], folder: str, name: str = "sweep", *,
                 meta: Mapping | None = None) -> tuple[str, str]:
     """Write ``folder/name.csv`` and ``folder/name.json`` (``{**meta, "rows": [row, ...]}``), each atomically."""
     keys = list(columns)
-    rows = [{k: float(columns[k][i]) for k in keys} for i in range(len(columns[keys[0]]))]
+    rows = [{k: _cell(columns[k][i]) for k in keys} for i in range(len(columns[keys[0]]))]
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=keys)
     writer.writeheader()

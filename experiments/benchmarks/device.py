@@ -7,6 +7,8 @@ Runs, each in its own process (so that one JAX backend and compile cache serve o
              scenarios (jit(vmap) vs a loop), k=8/10K, k=16/10K, k=16/100K
   fluid      fluid_vs_simgrid.py: the event loop per engine, k=8 with 1K and 10K distinct finishes
   cold       cold_start.py: `flowmodel run` cold on the 24K and 129K configs, routing at scale
+  scenario   scenario_engines.py: each shipped config's evaluation and capacity gradient per engine,
+             with the dense / sparse XLA solves it traces (a scenario must take the sparse one)
 On a GPU the default engine is ``xla`` (the host engine's callbacks would copy every solve off the
 device); the tables print both engines either way. SimGrid runs where python3-simgrid imports, else
 its columns are nan. Each benchmark's JSON and log go to ``--out`` (default ``$OUT`` or
@@ -29,12 +31,14 @@ BENCHMARKS = {
     "maxmin": ["maxmin_vs_simgrid.py", "--repeats", "7"],
     "fluid": ["fluid_vs_simgrid.py", "--repeats", "3"],
     "cold": ["cold_start.py"],
+    "scenario": ["scenario_engines.py"],
 }
 QUICK = {
     "maxmin": ["maxmin_vs_simgrid.py", "--repeats", "3", "--simgrid-repeats", "1", "--instances", "k8-10k",
                "k16-100k"],
     "fluid": ["fluid_vs_simgrid.py", "--repeats", "1"],
     "cold": ["cold_start.py", "--quick"],
+    "scenario": ["scenario_engines.py", "--quick", "--repeats", "3"],
 }
 
 
@@ -77,6 +81,9 @@ def headline(runs: list[dict]) -> None:
             elif r["name"] == "fluid":
                 print(f"fluid {row['case']:>10}: host {row['host_s']:.3f} s, xla {row['xla_s']:.3f} s, SimGrid "
                       f"{row.get('simgrid_s', float('nan')):.3f} s")
+            elif r["name"] == "scenario":
+                print(f"scenario {row['config']:>19} {row['engine']:>4}: eval {row['eval_ms']:.2f} ms, grad "
+                      f"{row['grad_ms']:.2f} ms, solves traced {row['dense']} dense / {row['sparse']} sparse")
             else:
                 print(f"{r['name']}: {json.dumps(row)}")
 
