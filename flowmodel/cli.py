@@ -441,6 +441,7 @@ def cmd_sweep(scenario, out: str, quiet: bool) -> dict:
     # each point over its routing seeds (default 8 when hash-routed; one when the sweep sets the seed itself)
     seed_default = 1 if "fabric.routing.seed" in settings else int(SEEDED["sweep"])
     counts: set[int] = set()
+    seed_lists: list[list[int]] = []  # per scenario of the sweep
     if len(variants) > 1:
         _say(quiet)(f"prepare and evaluate {len(variants)} scenarios (every combination of "
                     f"{', '.join(settings)})" + (f", each over {_grid_size(spec)} link-group points" if names else ""))
@@ -450,6 +451,7 @@ def cmd_sweep(scenario, out: str, quiet: bool) -> dict:
             bar.set_postfix_str(", ".join(f"{p.rsplit('.', 1)[-1]}={v}" for p, v in assignment))
             seeds = routing_seeds(variant.routing, default=seed_default)
             counts.add(len(seeds))
+            seed_lists.append(list(seeds))
             try:
                 model = _prepare(variant, quiet or len(variants) > 1, seeds=len(seeds))
                 _check_groups(model, names, lambda i, g: f"sweep.grid.{g}")
@@ -481,7 +483,8 @@ def cmd_sweep(scenario, out: str, quiet: bool) -> dict:
                                                                 "parameter_units": units, "settings": settings,
                                                                 "batching": how, "statistic": _sweep_statistic(
                                                                     scenario, counts, seed_default),
-                                                                "provenance": provenance()})
+                                                                "routing_seeds": seed_lists[0] if len(seed_lists) == 1
+                                                                else seed_lists, "provenance": provenance()})
     if not quiet:
         best = int(np.argmin(table["step_time_s"]))
         at = ", ".join([f"{p} = {table[p][best]}" for p in settings] + [f"{n} = {show(table[n][best], units[n])}"

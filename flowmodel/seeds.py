@@ -16,8 +16,8 @@ seeds on every core. Spray and WCMP draw nothing from the seed (one value).
 >>> from flowmodel import config, scenario as sc, seeds
 >>> model = sc.prepare(config.load("configs/dsf_vs_ecmp.yaml"))
 >>> batch = seeds.over_seeds(model, range(4))
->>> [round(float(t), 4) for t in batch.evaluate().step_time]
-[0.4505, 0.4901, 0.4110, 0.4901]
+>>> [f"{t:.4f}" for t in batch.evaluate().step_time]
+['0.4505', '0.4901', '0.4110', '0.4901']
 """
 
 from __future__ import annotations
