@@ -687,7 +687,7 @@ def export_training(plan: TrainingPlan, prefix: str) -> dict:
             w = TraceWriter(f"{prefix}.{r}.et", {"producer": "flowmodel", "job": job.name,
                                                  "flowmodel_gpu": int(gpus[r])})
             nodes += _write_rank(w, r, d, s, c, t, schedule[s], rank_of, plan, groups, group, per_layer, cp_f, cp_b,
-                                 ep, shard, dp_sizes, layer_f, head_f)
+                                 ep, shard, dp_sizes, layer_f[s], head_f[s])
             w.close()
             written.append(w.path)
     except BaseException:  # a partial trace would read as a smaller one: leave none

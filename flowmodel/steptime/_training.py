@@ -232,12 +232,13 @@ def step_time(plan: TrainingPlan, network: Network, options: Options = EXACT, *,
     return StepResult(step_time=finish, breakdown=parts, by_domain=by_domain, collectives=report)
 
 
-def compute_times(job: Training) -> tuple[float, float]:
-    """Seconds of one micro-batch's forward compute: per layer, and of the output head (the last
-    virtual stage's); a backward computes twice as long."""
+def compute_times(job: Training) -> tuple[np.ndarray, np.ndarray]:
+    """float64[pp] each: seconds of one micro-batch's forward compute on each pipeline rank, per layer
+    and of the output head (used on the last rank, which holds the last virtual stage), at the rank's
+    own peak (``Training.rank_peak_flops``); a backward computes twice as long."""
     par, model = job.parallelism, job.model
     tokens = job.micro_batch * model.seq_len
-    rate = job.peak_flops * job.efficiency
+    rate = job.rank_peak_flops * job.efficiency
     layer = model.layer_flops_per_token() * tokens / (par.tp * par.cp) / rate
     head = 2 * model.hidden * model.vocab * tokens / (par.tp * par.cp) / rate
     return layer, head
@@ -258,7 +259,8 @@ def _step_numbers(plan: TrainingPlan, capacity, latency, background, logits, opt
     ep = 2 * t("ep_all_to_all")
     layer_compute, head_compute = compute_times(job)
     V = len(plan.layers)
-    compute_f = plan.layers * layer_compute + np.where(np.arange(V) == V - 1, head_compute, 0.0)
+    on_rank = np.arange(V) % par.pp  # virtual stage k runs on pipeline rank k mod pp, at that rank's compute
+    compute_f = plan.layers * layer_compute[on_rank] + np.where(np.arange(V) == V - 1, head_compute[on_rank], 0.0)
     comm_f, comm_b = tp + cp_f + ep, tp + cp_b + ep
     t_forward = [compute_f[k] + plan.layers[k] * comm_f for k in range(V)]
     t_backward = [2 * compute_f[k] + plan.layers[k] * comm_b for k in range(V)]
@@ -279,9 +281,9 @@ def _step_numbers(plan: TrainingPlan, capacity, latency, background, logits, opt
         finish = jnp.maximum(pipeline_end, dp_finish)
         dp_exposed = finish - pipeline_end
 
-    # the busiest rank: most layers (ties: the first)
+    # the busiest rank: most layer compute (uniform accelerators: most layers; ties: the first)
     per_rank_layers = [int(plan.layers[s::par.pp].sum()) for s in range(par.pp)]
-    rank = int(np.argmax(per_rank_layers))
+    rank = int(np.argmax(np.array(per_rank_layers) * layer_compute))
     compute = m * sum(3 * compute_f[k] for k in range(rank, V, par.pp))
     n_layers = m * per_rank_layers[rank]
     parts = {"compute": compute, "tp": n_layers * 2 * tp, "cp": n_layers * (cp_f + cp_b), "ep": n_layers * 2 * ep}
