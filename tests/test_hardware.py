@@ -287,3 +287,17 @@ def test_a_moe_preset_runs_from_a_config():
                             ("workloads.training[0].hbm", "1TB")]))
     job = sc.training[0]
     assert (job.model.experts, job.model.top_k, job.model.layers) == (8, 2, 56)
+
+
+def test_an_exported_trace_keeps_each_stage_at_its_own_compute(tmp_path):
+    sc = config.parse(_two([("fabric.sites[0].accelerator", "h100_hgx"), ("fabric.sites[1].accelerator", "generic"),
+                            ("workloads.training[0].global_batch", 2)]))
+    model = scenario.prepare(sc)
+    plan = model.plans[0]
+    expected = float(st.step_time(plan, model.network, model.options).step_time)
+    summary = st.export_training(plan, str(tmp_path / "job"))
+    prepared = st.prepare_trace(tr.read_trace(str(tmp_path / "job")), model.router, gpus=summary["gpus"])
+    result = st.simulate_trace(prepared, model.network.capacity, model.network.latency, model.options)
+    assert float(result.makespan) == pytest.approx(expected, rel=1e-9)
+    layer, _ = st.compute_times(plan.job)
+    assert layer[1] / layer[0] == pytest.approx(989.4 / 500)  # the slower building's layers take longer
