@@ -157,9 +157,10 @@ class Site:
       scale_up: the domains the site's GPUs are grouped into (consecutive ranks); ``None`` for none.
       border_oversubscription: (capacity of the top tier) / (capacity from the top tier to the site's
         border router), used only when long-haul links leave the site.
-      accelerator: the site's GPUs (a ``flowmodel.hardware`` preset name or ``Accelerator``); training
-        jobs on the site take their peak FLOP/s and HBM from it (``hardware.stage_figures``). The
-        scale-up and scale-out fields stay as given here; a scenario file fills them from it.
+      accelerator: the site's GPUs (a ``flowmodel.hardware`` preset name or ``Accelerator``). A
+        scenario file fills the site's unset scale-up and NIC keys from it and gives its training jobs
+        per-stage peak FLOP/s and HBM; in Python the fields stay as given, and
+        ``hardware.stage_figures`` gives a job's ``stage_peak_flops`` and ``stage_hbm``.
     """
 
     name: str
