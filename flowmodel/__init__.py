@@ -19,7 +19,8 @@ schedules, training steps, several workloads, Chakra traces run on a fabric), op
 budgeted search); scenario (a typed scenario and its prepared model: the one assembly every command
 uses), config (YAML -> scenario), sweep (vmap, devices, processes), resilience (failure scenarios),
 reliability (time to train under failures, checkpoints and restarts), trace (Chakra traces on an ASTRA-
-sim network or a scenario, and a scenario's jobs exported as traces), cli (the ``flowmodel`` command);
+sim network or a scenario, and a scenario's jobs exported as traces), links (an evaluation's per-link
+loads, hot links, utilisation by tier, flow-completion times), cli (the ``flowmodel`` command);
 reference (float64 oracles and certificates), peers.simgrid (the SimGrid cross-check),
 peers.ns3 (packet-level TCP).
 """
@@ -28,6 +29,7 @@ from . import config as config
 from . import fabric as fabric
 from . import hardware as hardware
 from . import kernels as kernels
+from . import links as links
 from . import optimize as optimize
 from . import reference as reference
 from . import reliability as reliability

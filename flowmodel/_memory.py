@@ -93,17 +93,19 @@ def training_flows(job) -> int:
     """Flows of one training job's routed collectives (per-layer kinds, pipeline sends, DP reduction)."""
     par, g = job.parallelism, job.parallelism.size
     flows = 0
-    if par.tp > 1:  # all-gather and reduce-scatter, one flow per rank each
-        flows += 2 * g
+    moe = job.model.moe_layers > 0
+    if par.tp > 1:  # all-gather and reduce-scatter, one flow per rank each (and the expert-TP pair)
+        flows += 2 * g * (1 + moe)
     if par.cp > 1:
         flows += 2 * g
-    if job.model.experts and par.ep > 1:  # all-to-all: every rank to every other of its group
+    if moe and par.ep > 1:  # all-to-all: every rank to every other of its group
         flows += g * (par.ep - 1)
     if par.pp > 1:  # forward and backward sends across each stage boundary
         boundaries = par.pp if par.virtual_stages > 1 else par.pp - 1
         flows += 2 * boundaries * (g // par.pp)
-    if par.dp * par.cp > 1:  # one reduction per virtual stage; a ring sends one flow per rank, a double
-        flows += g * par.virtual_stages * (4 if job.algorithm == "tree" else 1)  # binary tree 4(n-1)/n
+    reductions = (par.dp * par.cp > 1) + (moe and job.expert_dp > 1)  # dense, and experts over their group
+    # one reduction per virtual stage; a ring sends one flow per rank, a double binary tree 4(n-1)/n
+    flows += reductions * g * par.virtual_stages * (4 if job.algorithm == "tree" else 1)
     return flows
 
 

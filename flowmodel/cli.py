@@ -191,7 +191,7 @@ def _prepare(scenario, quiet: bool, gradients: bool = False):
     return model
 
 
-def cmd_run(scenario, out: str, quiet: bool) -> dict:
+def cmd_run(scenario, out: str, quiet: bool, links: bool = False) -> dict:
 
     t0 = time.perf_counter()
     model = _prepare(scenario, quiet)
@@ -202,8 +202,16 @@ def cmd_run(scenario, out: str, quiet: bool) -> dict:
         _say(quiet)("plan reliability: fail each kind of element the jobs cross")
         jobs = reliability.plan(model)
     _say(quiet)("compile and evaluate")
-    result = fleet_result(model, model.evaluate())
+    fleet = model.evaluate()
+    result = fleet_result(model, fleet)
     lines = []
+    if links:  # the link view: links.csv, links.png, run.json's "links"
+        from . import links as link_view
+
+        _say(quiet)("link view: replay every phase, per-link loads")
+        result["links"], table = link_view.report(model, fleet, out)
+        result["units"] = {**result["units"], **link_view.UNITS}
+        lines.append(table)
     if jobs is not None:  # time to train under failures, checkpoints and restarts
         _say(quiet)("time to train: checkpoint traffic, expectation and Monte Carlo")
         figures, lines = reliability.report(model, jobs)
@@ -537,7 +545,7 @@ COMMANDS = {"run": (cmd_run, "step time of every workload in a scenario"),
 
 
 OUTPUTS = {"run": ("run.json",), "optimize": ("optimize.json", "optimize_loss.png", "optimize_breakdown.png"),
-           "pareto": ("optimize_pareto.json", "optimize_pareto.png"),
+           "pareto": ("optimize_pareto.json", "optimize_pareto.png"), "links": ("links.csv", "links.png"),
            "sweep": ("sweep.json", "sweep.csv", "sweep.png"), "failures": ("failures.json", "failures.png"),
            "trace": ("trace.json", "trace_timeline.png", "trace_nodes.csv"),
            "export-trace": ("export-trace.json", "<job>.<rank>.et", "<job>.comm_group.json", "<job>.system.json")}
@@ -588,6 +596,10 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", dest="overrides",
                        help="override one key of the file, e.g. workloads.training[0].global_batch=128 "
                             "(repeatable; same units and checks as the file)")
+        if name == "run":
+            p.add_argument("--links", action="store_true", help="also write links.csv (every link: tier, capacity, "
+                           "bytes, mean and peak utilisation per phase, collectives) and links.png, and name the hot "
+                           "links, utilisation by tier and flow-completion times in run.json")
         if name == "optimize":
             p.add_argument("--pareto", type=int, nargs="?", const=17, default=None, metavar="N",
                            help="also write the cost / step-time front: a refined optimum at N budgets (default 17) "
@@ -685,6 +697,7 @@ def main(argv: list[str] | None = None) -> int:
                 if getattr(args, "pareto", None) is not None and args.pareto < 2:
                     raise UsageError(f"--pareto: needs at least 2 budgets, got {args.pareto}")
                 extra = {"pareto": args.pareto} if args.command == "optimize" else {}
+                extra.update({"links": args.links} if args.command == "run" else {})
                 COMMANDS[args.command][0](scenario, out, args.quiet, **extra)
         except OutputLocked as e:
             print(f"flowmodel: {e}", file=sys.stderr)
@@ -709,6 +722,7 @@ def main(argv: list[str] | None = None) -> int:
             _RECORD.reset(token)
     if not args.quiet and out is not None:
         files = OUTPUTS[args.command] + (OUTPUTS["pareto"] if getattr(args, "pareto", None) else ())
+        files += OUTPUTS["links"] if getattr(args, "links", False) else ()
         print(f"\nwrote {', '.join(files)} in {out}")
     return 0
 

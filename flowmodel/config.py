@@ -337,6 +337,17 @@ MODEL = Section({
     "experts": Key("int", "MoE experts per layer (0: dense)"),
     "top_k": Key("int", "experts each token is routed to"),
     "moe_ffn_hidden": Key("int", "each expert's hidden size (default ffn_hidden)"),
+    "capacity_factor": Key("float", "expert buffer slots per routed token: all-to-all bytes and expert compute "
+                                    "scale with top_k x capacity_factor; > 0"),
+    "shared_experts": Key("int", "experts of moe_ffn_hidden every token passes through, beside the routed ones"),
+    "dense_layers": Key("int", "the first layers that have a dense MLP of ffn_hidden instead of experts"),
+    "head_dim": Key("int", "per-head width of values (and of queries and keys without their rotary part); "
+                           "default hidden / heads"),
+    "kv_lora_rank": Key("int", "multi-head latent attention: the KV latent the cache holds per token and layer "
+                               "(0: grouped-query attention)"),
+    "q_lora_rank": Key("int", "latent attention: the query latent (0: queries projected from the hidden state)"),
+    "rope_head_dim": Key("int", "latent attention: the rotary part of each query and key head (one rotary key "
+                                "per token shared by all heads, kept in the cache)"),
     "dtype_bytes": Key("int", "bytes per activation and weight element"),
 }, target=Model)
 PARALLELISM = Section({
@@ -365,6 +376,11 @@ TRAINING = Section({
     "first_rank": Key("int", "the job's first GPU rank; it runs on the next tp x cp x pp x dp ranks", 0, None),
     "tokens": Key("float", "tokens to train on (for the time to train; write 1.5e+13: YAML needs the sign)"),
     "steps": Key("int", "steps to train, instead of tokens"),
+    "zero_stage": Key("int", "what the data-parallel ranks shard (memory per GPU): 0 nothing, 1 optimizer state "
+                             "(Megatron's distributed optimizer), 2 gradients too (Llama 3's FSDP)"),
+    "recompute": Key("str", "`none` (every layer keeps its activations) or `full` (a layer keeps its input and "
+                            "reruns its forward, collectives included, in the backward pass)"),
+    "optimizer_bytes": Key("int", "optimizer state per parameter (Adam: fp32 master weights and two moments)"),
 }, target=Training, convert=_given)  # built by _scenario, on the fleet's accelerators (_training)
 INSTANCES = Section({
     "first_rank": Key("int", "first GPU rank of the first instance", REQUIRED),
@@ -522,7 +538,7 @@ SCENARIO = Section({  # a new section: its declaration above, one key here, its 
 }, target=Scenario, convert=_scenario)
 
 MODEL_PRESETS = {"llama3-8b": traffic.llama3_8b, "llama3-70b": traffic.llama3_70b, "llama3-405b": traffic.llama3_405b,
-                 "mixtral-8x22b": traffic.mixtral_8x22b}
+                 "mixtral-8x22b": traffic.mixtral_8x22b, "deepseek-v3": traffic.deepseek_v3}
 
 
 def _fail(where: str, message: str):
@@ -658,6 +674,10 @@ def _make(cls, fields: dict, where: str, alias: str | None = None):
         head = re.match(r"^([A-Za-z_]+)(?=[.:\[])", message)
         if head and alias is not None and head.group(1) == alias:
             message, head = base + message[len(alias):], re.match(r"^([A-Za-z_]+)", base)
+        nested = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+        if (head and head.group(1) != base and head.group(1) in nested
+                and message[len(head.group(1))] == "."):  # "parallelism.ep: ..." of a training job: one path
+            raise ConfigError(f"{where}.{message}") from None
         if head and head.group(1) == base:  # "scale_out.ratio[1]: ..." under "...scale_out" -> one path
             message = message[len(base):]
             if message.startswith("[") and "[" in last:  # the index is already in the path

@@ -223,3 +223,39 @@ def trace_timeline(spans: dict[int, dict[str, list[tuple[float, float]]]], makes
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     save_figure(fig, path)
     plt.close(fig)
+
+
+def link_utilisation(by_tier: dict[str, dict], hot: list[dict], path: str) -> None:
+    """Left: per link tier, the mean and the max over its links of their peak and of their mean
+    utilisation (%); right: the hottest links' peak and mean utilisation (the ``run --links`` figure)."""
+    import numpy as np
+
+    plt = new_figure()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 0.6 + max(3.0, 0.3 * len(hot))), layout="constrained",
+                                      gridspec_kw={"width_ratios": [1, 1.3]})
+    tiers = list(by_tier)
+    y = np.arange(len(tiers))
+    bars = (("max_peak_util", "max of peak", "#d62728"), ("mean_peak_util", "mean of peak", "#ff9896"),
+            ("max_mean_util", "max of mean", "#1f77b4"), ("mean_mean_util", "mean of mean", "#aec7e8"))
+    height = 0.8 / len(bars)
+    for i, (key, label, colour) in enumerate(bars):
+        left.barh(y + (i - 1.5) * height, [100 * by_tier[t][key] for t in tiers], height, label=label, color=colour)
+    left.set_yticks(y, [f"{t} ({by_tier[t]['used']}/{by_tier[t]['links']})" for t in tiers], fontsize=7)
+    left.invert_yaxis()
+    left.set_xlim(0, 105)
+    left.set_xlabel("utilisation (% of capacity)", fontsize=8)
+    left.set_title("by tier (links used / links)", fontsize=9, loc="left")
+    left.grid(axis="x", alpha=0.3)
+    left.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=4)
+    rows = np.arange(len(hot))
+    right.barh(rows - 0.2, [100 * h["peak_util"] for h in hot], 0.4, color="#d62728", label="peak")
+    right.barh(rows + 0.2, [100 * h["mean_util"] for h in hot], 0.4, color="#1f77b4", label="mean over the step")
+    right.set_yticks(rows, [f"{h['link']} ({h['tier']})" for h in hot], fontsize=6)
+    right.invert_yaxis()
+    right.set_xlim(0, 105)
+    right.set_xlabel("utilisation (% of capacity)", fontsize=8)
+    right.set_title(f"the {len(hot)} hottest links", fontsize=9, loc="left")
+    right.grid(axis="x", alpha=0.3)
+    right.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
+    save_figure(fig, path)
+    plt.close(fig)

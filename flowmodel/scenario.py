@@ -285,10 +285,14 @@ class Scenario:
             memory = job.memory()
             need = sum(memory.values())
             if need > job.hbm:
+                hint = ("a wider model-parallel layout or offloading, which the step time does not include"
+                        if job.recomputes else "recompute: full (the step time counts its extra forward pass) or "
+                        "offloading")
                 out.append(f"workloads.training[{i}].hbm: {job.name!r} needs about {need / 1e9:.1f} GB per GPU "
-                           f"(activations {memory['activations'] / 1e9:.1f} GB with selective recomputation), more "
-                           f"than hbm = {job.hbm / 1e9:.0f} GB: it would need full recomputation or offloading, "
-                           f"which the step time does not include")
+                           f"(weights {memory['weights'] / 1e9:.1f}, gradients {memory['gradients'] / 1e9:.1f}, "
+                           f"optimizer {memory['optimizer'] / 1e9:.1f}, activations {memory['activations'] / 1e9:.1f} "
+                           f"GB with recompute: {job.recompute}, zero_stage {job.zero_stage}), more than hbm = "
+                           f"{job.hbm / 1e9:.0f} GB: it would need {hint}")
         return out
 
 
@@ -360,6 +364,17 @@ class Model:
         if options not in self._programs:
             self._programs[options] = Program(lambda net, lg: self.fleet(net, options, lg))
         return self._programs[options](network, logits)
+
+    def links(self, fleet: FleetResult | None = None, network: Network | None = None, options: Options | None = None,
+              logits=None):
+        """The link view (``flowmodel.links.LinkView``: per-link bytes, utilisation and collectives,
+        hot links, utilisation by tier, flow-completion times) of ``fleet``, an ``evaluate`` of this
+        model with the same network, options and logits (evaluated here when None)."""
+        from . import links
+
+        if fleet is None:
+            fleet = self.evaluate(network, options, logits)
+        return links.build(self, fleet, network=network, options=options, logits=logits)
 
     def split_logits(self) -> dict:
         """Zero WCMP logits (an even split, the routing the scenario is evaluated with) for every routed

@@ -102,13 +102,13 @@ def test_node_type_samples():
     assert _makespan(f"{base}/BROADCAST", fabric) == pytest.approx(S / 50e9 + (n - 1) * 1e-6)
 
 
-def _job_model(tp, pp, dp, cp=1, v=1, algorithm="ring", experts=0, ep=1):
+def _job_model(tp, pp, dp, cp=1, v=1, algorithm="ring", experts=0, ep=1, dense_layers=0, recompute="none"):
     site = fb.Clos(tiers=2, gpus_per_leaf=8, leaves_per_pod=2 if tp * pp * dp * cp <= 16 else 4, spines_per_pod=2,
                    oversubscription=2.0)
     model = tr.Model("small", layers=4, hidden=512, ffn_hidden=2048, heads=8, kv_heads=8, vocab=8000, seq_len=1024,
-                     **({"experts": experts, "top_k": 2} if experts else {}))
+                     **({"experts": experts, "top_k": 2, "dense_layers": dense_layers} if experts else {}))
     job = tr.Training(model, tr.Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, virtual_stages=v),
-                      global_batch=4 * pp * dp, micro_batch=1, algorithm=algorithm)
+                      global_batch=4 * pp * dp, micro_batch=1, algorithm=algorithm, recompute=recompute)
     fleet = fb.Fleet(sites=(fb.Site("a", scale_up=fb.ScaleUp(size=8, bandwidth=400e9, latency=1e-6),
                                     scale_out=site),))
     return sc.prepare(sc.Scenario("t", fleet, training=(job,)))
@@ -116,7 +116,10 @@ def _job_model(tp, pp, dp, cp=1, v=1, algorithm="ring", experts=0, ep=1):
 
 ROUND_TRIPS = {"tp4 pp2 dp4": dict(tp=4, pp=2, dp=4), "tp2 cp2 pp2 dp2 tree": dict(tp=2, cp=2, pp=2, dp=2,
                                                                                    algorithm="tree"),
-               "pp2 v2 dp4": dict(tp=2, pp=2, dp=4, v=2), "moe ep4": dict(tp=2, pp=1, dp=8, experts=8, ep=4)}
+               "pp2 v2 dp4": dict(tp=2, pp=2, dp=4, v=2), "moe ep4": dict(tp=2, pp=1, dp=8, experts=8, ep=4),
+               # a dense first layer, dense and expert reductions of different group sizes, recomputation
+               "moe dense-first ep2 cp2 pp2 recompute": dict(tp=2, cp=2, pp=2, dp=2, experts=4, ep=2, dense_layers=1,
+                                                             recompute="full")}
 
 
 @pytest.mark.parametrize("name", list(ROUND_TRIPS))

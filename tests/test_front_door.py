@@ -2,6 +2,7 @@
 
 import ast
 import copy
+import dataclasses
 import json
 import os
 import re
@@ -176,17 +177,35 @@ def test_warnings_for_idle_gpus_and_memory(tmp_path, capsys):
 
 
 def test_memory_estimate_closed_form():
-    # Llama 3 405B at TP8 x PP16 x DP128 (v = 1): 8 layers on the fullest ranks + one embedding
-    par = traffic.Parallelism(tp=8, pp=16, dp=128)
-    job = traffic.Training(traffic.llama3_405b(), par, global_batch=2048)
-    m = job.model
-    params = (8 * m.layer_params + m.vocab * m.hidden) / 8
+    # Llama 3 405B at TP8 x PP16 x DP128, v = 1, micro-batch 1 of 8,192 tokens, written out by hand.
+    # One layer: attention h*h (Q) + h*2*1024 (K, V: 8 KV heads of 128) + h*h (output) = 570,425,344;
+    # SwiGLU MLP 3*h*53,248 = 2,617,245,696; together 3,187,671,040. 126 layers over 16 stages: the first
+    # 14 take 8. Rank 0: 8 layers + the embedding (128,256 x 16,384 = 2,101,346,304), over TP8.
+    job = traffic.Training(traffic.llama3_405b(), traffic.Parallelism(tp=8, pp=16, dp=128), global_batch=2048)
+    params = (8 * 3_187_671_040 + 2_101_346_304) / 8
+    assert params == 3_450_339_328
     memory = job.memory()
-    assert memory["weights"] == pytest.approx(2 * params) and memory["gradients"] == pytest.approx(2 * params)
-    assert memory["optimizer"] == pytest.approx(12 * params / 128)
-    assert memory["activations"] == pytest.approx(16 * 8 * 34 * 8192 * 16384 / 8)  # p micro-batches in flight
-    with pytest.raises(ValueError, match="training.hbm: weights, gradients and optimizer state need 355.1 GB"):
+    assert memory["weights"] == pytest.approx(2 * params)  # bf16
+    assert memory["gradients"] == pytest.approx(2 * params / 128)  # zero_stage 2: sharded over DP
+    assert memory["optimizer"] == pytest.approx(12 * params / 128)  # fp32 master + 2 Adam moments, sharded
+    # Saved per token and layer (elements): norm inputs and outputs 4h, Q h, K and V 2*1024, attention
+    # output h, SwiGLU gate, up and product 3*53,248 = 260,096; bf16, over TP8 (sequence parallel).
+    per_layer = 260_096 * 2 / 8 * 8192
+    assert per_layer == 532_676_608
+    assert memory["activations"] == pytest.approx(16 * 8 * per_layer)  # 1F1B: p = 16 micro-batches in flight
+    zero1 = dataclasses.replace(job, zero_stage=1).memory()
+    assert zero1["gradients"] == pytest.approx(2 * params) and zero1["optimizer"] == memory["optimizer"]
+    zero0 = dataclasses.replace(job, zero_stage=0).memory()
+    assert zero0["optimizer"] == pytest.approx(12 * params)
+    full = dataclasses.replace(job, recompute="full").memory()  # layer inputs, plus one layer being recomputed
+    assert full["activations"] == pytest.approx(16 * 8 * 16384 * 2 / 8 * 8192 + per_layer)
+    with pytest.raises(ValueError, match="training.hbm: weights, gradients and optimizer state need 279.0 GB"):
         traffic.Training(traffic.llama3_405b(), traffic.Parallelism(tp=8, dp=4), global_batch=8)
+    for field, value, message in (("zero_stage", 3, "training.zero_stage: must be one of 0, 1, 2, got 3"),
+                                  ("recompute", "selective", "training.recompute: must be one of none, full"),
+                                  ("optimizer_bytes", -1, "training.optimizer_bytes: must be an integer >= 0")):
+        with pytest.raises(ValueError, match=message):
+            dataclasses.replace(job, **{field: value})
 
 
 def test_reference_matches_the_schema():

@@ -126,6 +126,9 @@ WALK = {
         "hbm": "a guard: the job's estimated memory per GPU must fit in it (tests/test_front_door.py)",
         "tokens": "how much to train: used by the reliability section (tests/test_reliability.py)",
         "steps": "how much to train: used by the reliability section (tests/test_reliability.py)",
+        "zero_stage": "memory per GPU only: its hand count is in tests/test_front_door.py",
+        "optimizer_bytes": "memory per GPU only: its hand count is in tests/test_front_door.py",
+        "recompute": ({}, "none", "full", "step"),
     },
     PAR: {
         "tp": ({}, KEEP, 4, "step"),

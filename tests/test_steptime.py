@@ -394,4 +394,4 @@ def test_moe_and_context_parallel_traffic():
     assert kv.bytes[0] == pytest.approx(2 * moe.seq_len * moe.kv_dim * dt / 4 / 2)  # (cp-1)/cp of K and V per TP shard
     res = st.step_time(plan, net)
     assert float(res.breakdown["ep"]) > 0 and float(res.breakdown["cp"]) > 0
-    assert moe.params < 8 * TINY.params and moe.layer_flops_per_token() < 2 * TINY.layer_flops_per_token()
+    assert moe.params < 8 * TINY.params and moe.layer_flops_per_token(True) < 2 * TINY.layer_flops_per_token(False)

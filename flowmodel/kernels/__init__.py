@@ -2,7 +2,7 @@
 but ``flowmodel._checks`` and ``flowmodel._types``); the host engine runs compiled code behind a callback.
 
   maxmin.py       maxmin_rates, maxmin_structure (exact weighted max-min with caps; custom VJP)
-  fluid.py        completion_times, completion_events (fluid event loop; custom VJP)
+  fluid.py        completion_times, completion_events (fluid event loop; custom VJP), interval_loads
   smooth.py       smooth_maxmin_rates (alpha-fair relaxation)
   congestion.py   latency, window, queueing and bound models
   _transport.py   Transport profiles (goodput, start delay, RTT sharing, window) fitted against ns-3
@@ -29,9 +29,11 @@ from .congestion import scheduled_bound as scheduled_bound
 from .congestion import soft_max as soft_max
 from .congestion import window_limited_rate as window_limited_rate
 from .fluid import Events as Events
+from .fluid import IntervalLoads as IntervalLoads
 from .fluid import completion_events as completion_events
 from .fluid import completion_times as completion_times
 from .fluid import event_count as event_count
+from .fluid import interval_loads as interval_loads
 from .maxmin import maxmin_rates as maxmin_rates
 from .maxmin import maxmin_structure as maxmin_structure
 from .smooth import smooth_maxmin_rates as smooth_maxmin_rates

@@ -37,11 +37,12 @@ from .. import _checks
 from .._types import Array, Float, Int
 from ._adjoint import adjoint
 from ._engine import Engine, engine_for
-from ._host import host_simulate, host_solve
+from ._host import host_simulate, host_solve, solve
 from ._host_adjoint import fluid_adjoint
 from ._incidence import Incidence, link_sums, members_for, pad_routes, prepare
 from ._transport import Transport, transport_inputs, transport_profile
 from ._waterfill import (
+    NO_PROGRESS,
     MaxMinStructure,
     Snapshots,
     fill,
@@ -392,6 +393,94 @@ def completion_events(routes, sizes, capacity, *, weights=None, rate_limit=None,
     args = _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, latency, incidence, check,
                           transport, engine)
     return _simulate_jit(*args)
+
+
+class IntervalLoads(NamedTuple):
+    """Per-link load over the intervals of a fluid simulation (``interval_loads``).
+
+    peak:    float[L]  the largest sum of rates on each link in any interval of positive length (bytes/s)
+    carried: float[L]  bytes each link carried: the sum over intervals of its rates x the interval's length
+    """
+
+    peak: Array
+    carried: Array
+
+
+@functools.partial(jax.jit, static_argnames=("has_caps", "engine"))
+def _interval_loads_jit(routes, members, capacity, weights, rate_limit, ev, has_caps, engine):
+    L = capacity.shape[0]
+    padded = pad_routes(routes, L)
+
+    def body(state):
+        k, peak, carried = state
+        active = (ev.first <= k) & (ev.first >= 0) & (k < ev.last)  # as the backward pass replays interval k
+        rates, _ = _rates(routes, members, capacity, weights, rate_limit, active, has_caps, engine)
+        load = link_sums(padded, jnp.where(active, rates, 0), L + 1)[:L]
+        dt = ev.time[k + 1] - ev.time[k]
+        return k + 1, jnp.where(dt > 0, jnp.maximum(peak, load), peak), carried + load * dt
+
+    zero = jnp.zeros(L, capacity.dtype)
+    _, peak, carried = jax.lax.while_loop(lambda s: s[0] < ev.count - 1, body, (jnp.int32(0), zero, zero))
+    return IntervalLoads(peak, carried)
+
+
+def _host_interval_loads(routes, capacity, weights, rate_limit, ev) -> IntervalLoads:
+    """``interval_loads`` on the host engine, without a compiled program: the intervals' solves in
+    batches (one compiled solve per interval, spread over the cores), a NumPy sum per interval."""
+    r = np.asarray(routes)
+    cap, w, lim = (np.asarray(a, np.float64) for a in (capacity, weights, rate_limit))
+    time, first, last = (np.asarray(a) for a in (ev.time, ev.first, ev.last))
+    F, H = r.shape
+    L = cap.shape[0]
+    hops = np.where(r < 0, L, r).reshape(-1)
+    peak, carried = np.zeros(L), np.zeros(L)
+    count = int(np.asarray(ev.count)) - 1
+    chunk = max(1, (1 << 23) // (F + 3 * (L + 1)))  # a batch's outputs stay within ~64 MB
+    for k0 in range(0, count, chunk):
+        ks = np.arange(k0, min(count, k0 + chunk))[:, None]
+        active = (first <= ks) & (first >= 0) & (ks < last)
+        rates, *_, left = solve(r, cap, w, lim, active)
+        if np.any(left > 0):
+            raise ValueError(NO_PROGRESS)
+        for k, row in zip(ks[:, 0], np.where(active, rates, 0.0)):
+            load = np.bincount(hops, weights=np.repeat(row, H), minlength=L + 1)[:L]
+            dt = time[k + 1] - time[k]
+            if dt > 0:
+                np.maximum(peak, load, out=peak)
+            carried += load * dt
+    return IntervalLoads(peak, carried)
+
+
+def interval_loads(routes, capacity, events: Events, *, weights=None, rate_limit=None,
+                   incidence: Incidence | None = None, check: bool = True,
+                   engine: Engine | str | None = None) -> IntervalLoads:
+    """Per-link peak rate and carried bytes of a simulation that ``completion_events`` recorded.
+
+    Interval k (from event k to event k+1) runs the max-min rates of the flows active in it, re-solved
+    as the backward pass does; ``routes``, ``capacity``, ``weights`` and ``rate_limit`` must be those
+    the simulation ran with (their transport transform applied: pass ``transport=None`` there).
+    A report, for concrete inputs: not differentiable, not for use under ``jit``; one solve per
+    interval (on the host engine, without compiling a program).
+
+    Example: two flows share a 10 B/s link at 5 B/s each until the 10-byte one ends at 2 s; the other
+    then has the link alone. Link 1 carries only the second flow: 5 B/s, then 10 B/s.
+
+    >>> import flowmodel as fm
+    >>> routes = [[0, -1], [0, 1]]
+    >>> _, events = fm.completion_events(routes, [10.0, 30.0], [10.0, 20.0])
+    >>> loads = fm.kernels.interval_loads(routes, [10.0, 20.0], events)
+    >>> loads.peak.tolist(), loads.carried.tolist()
+    ([10.0, 10.0], [40.0, 30.0])
+    """
+    if _checks.is_traced(routes, capacity, weights, rate_limit, *events):
+        raise ValueError("interval_loads: needs concrete inputs (a report, computed outside jit and vmap)")
+    has_caps = rate_limit is not None
+    engine = engine_for(engine)
+    routes, capacity, weights, rate_limit = prepare(routes, capacity, weights, rate_limit, check)
+    if engine is Engine.HOST:
+        return _host_interval_loads(routes, capacity, weights, rate_limit, events)
+    members = members_for(routes, capacity.shape[0], incidence, check)
+    return _interval_loads_jit(routes, members, capacity, weights, rate_limit, events, has_caps, engine)
 
 
 def event_count(events: Events) -> int:

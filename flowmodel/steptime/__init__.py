@@ -26,6 +26,7 @@ from ._comm import Congestion as Congestion
 from ._comm import Options as Options
 from ._comm import RoutedPhase as RoutedPhase
 from ._comm import background_load as background_load
+from ._comm import fluid_inputs as fluid_inputs
 from ._comm import phase_finish as phase_finish
 from ._comm import phase_time as phase_time
 from ._comm import residual_capacity as residual_capacity
@@ -64,6 +65,7 @@ from ._training import StepResult as StepResult
 from ._training import TrainingPlan as TrainingPlan
 from ._training import calls_per_step as calls_per_step
 from ._training import compute_times as compute_times
+from ._training import dp_groups as dp_groups
 from ._training import plan_training as plan_training
 from ._training import routed_phases as routed_phases
 from ._training import step_bytes as step_bytes

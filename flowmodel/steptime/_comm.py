@@ -165,17 +165,36 @@ def _transported(options: Options, sub: SubFlows, sizes, capacity, latency, weig
     return transport_inputs(options.transport, sub.routes, sizes, capacity, latency, weights, limit)
 
 
-def _hop_latency(sub: SubFlows, sizes, capacity, latency, bandwidth_time, congestion: Congestion | None):
-    """Longest route latency, plus queueing at the phase's mean utilisation when switched on."""
+def _route_latencies(sub: SubFlows, sizes, capacity, latency, bandwidth_time, congestion: Congestion | None):
+    """float[N] each sub-flow's route latency, plus queueing at the phase's mean utilisation when
+    switched on."""
     routes = jnp.asarray(sub.routes)
     if congestion is None or not congestion.queueing:
-        return jnp.max(route_latency(routes, latency))
+        return route_latency(routes, latency)
     capacity = jnp.asarray(capacity)
     ok = bandwidth_time > 0
     load = link_bytes(routes, sizes, capacity.shape[0]) / jnp.where(ok, bandwidth_time, 1.0)
     delay = queueing_delay(jnp.where(ok, load, 0.0), capacity, packet_bytes=congestion.packet_bytes,
                            buffer_bytes=congestion.buffer_bytes)
-    return jnp.max(route_latency(routes, latency + delay))
+    return route_latency(routes, latency + delay)
+
+
+def _hop_latency(sub: SubFlows, sizes, capacity, latency, bandwidth_time, congestion: Congestion | None):
+    """Longest route latency, plus queueing at the phase's mean utilisation when switched on."""
+    return jnp.max(_route_latencies(sub, sizes, capacity, latency, bandwidth_time, congestion))
+
+
+def _latency_terms(rp: RoutedPhase, hops, options: Options, collective_of_flow, collective_steps):
+    """float[N] the latency term of each sub-flow: ``steps x (longest route latency + step_latency)``
+    over the whole phase, or per collective when the phase merges several (``collective_of_flow``:
+    int[F] which one each flow belongs to; ``collective_steps``: int[C] their step counts)."""
+    sub = rp.sub
+    if collective_of_flow is None:
+        return rp.steps * (jnp.max(hops) + options.step_latency)
+    which = jnp.asarray(np.asarray(collective_of_flow, np.int64)[sub.parent])
+    steps = np.asarray(collective_steps, np.float64)
+    longest = jax.ops.segment_max(hops, which, num_segments=steps.size)
+    return (steps * (jnp.maximum(longest, 0.0) + options.step_latency))[which]
 
 
 def domain_of(info: FabricInfo, routes: np.ndarray) -> str:
@@ -282,6 +301,21 @@ def residual_capacity(capacity, background, info: FabricInfo | None = None):
     return left
 
 
+def fluid_inputs(rp: RoutedPhase, capacity, latency, options: Options = EXACT, start_times=None):
+    """What the rate kernels get for ``rp``'s sub-flows: ``(sizes, capacity, weights, rate_limit,
+    start times or None)``, under the options' window and transport profile (``phase_time`` and
+    ``phase_finish`` time a phase with these; the link view replays them). ``start_times``: float[F]
+    per flow, or None."""
+    sub = rp.sub
+    sizes = sub.sizes(rp.sizes)
+    limit = _rate_limit(sub, latency, options.congestion)
+    starts = None if start_times is None else jnp.asarray(start_times)[sub.parent]
+    cap, weights, limit, delay = _transported(options, sub, sizes, capacity, latency, sub.weights(), limit)
+    if delay is not None:
+        starts = delay if starts is None else starts + delay
+    return sizes, cap, weights, limit, starts
+
+
 def phase_time(rp: RoutedPhase, capacity, latency, options: Options = EXACT, *, start_times=None):
     """Seconds from the phase's start until its last flow finishes, latency term included.
 
@@ -292,14 +326,8 @@ def phase_time(rp: RoutedPhase, capacity, latency, options: Options = EXACT, *, 
     """
     if rp.sub is None:
         return jnp.zeros((), jnp.asarray(capacity).dtype)
-    sub, congestion = rp.sub, options.congestion
-    sizes = sub.sizes(rp.sizes)
-    weights = sub.weights()
-    limit = _rate_limit(sub, latency, congestion)
-    starts = None if start_times is None else jnp.asarray(start_times)[sub.parent]
-    cap, weights, limit, delay = _transported(options, sub, sizes, capacity, latency, weights, limit)
-    if delay is not None:
-        starts = delay if starts is None else starts + delay
+    sub = rp.sub
+    sizes, cap, weights, limit, starts = fluid_inputs(rp, capacity, latency, options, start_times)
     if not options.smooth:
         finish = completion_times(sub.routes, sizes, cap, weights=weights, rate_limit=limit, start_times=starts,
                                   incidence=_incidence_for(rp, options), engine=options.engine)
@@ -310,20 +338,40 @@ def phase_time(rp: RoutedPhase, capacity, latency, options: Options = EXACT, *, 
         times = sizes / rates + (0.0 if starts is None else starts)
         bandwidth = soft_max(times, jax.lax.stop_gradient(jnp.mean(times)) / options.sharpness)
     busy = bandwidth - (0.0 if starts is None else jnp.min(starts))
-    hop = _hop_latency(sub, sizes, capacity, latency, busy, congestion)
+    hop = _hop_latency(sub, sizes, capacity, latency, busy, options.congestion)
     return bandwidth + rp.steps * (hop + options.step_latency)
 
 
-def phase_finish(rp: RoutedPhase, capacity, latency, start_times, options: Options = EXACT):
+def phase_finish(rp: RoutedPhase, capacity, latency, start_times, options: Options = EXACT, *,
+                 collective_of_flow=None, collective_steps=None):
     """float[F] absolute finish of every flow of ``rp`` started at ``start_times`` (exact model),
-    each plus the phase's latency term; flows of different start times share links while they overlap."""
-    sub, congestion = rp.sub, options.congestion
-    sizes = sub.sizes(rp.sizes)
-    starts = jnp.asarray(start_times)[sub.parent]
-    cap, weights, limit, delay = _transported(options, sub, sizes, capacity, latency, sub.weights(),
-                                              _rate_limit(sub, latency, congestion))
-    finish = completion_times(sub.routes, sizes, cap, weights=weights, rate_limit=limit,
-                              start_times=starts if delay is None else starts + delay,
+    each plus the phase's latency term; flows of different start times share links while they overlap.
+
+    A phase that merges several collectives (the dense and expert gradient reductions of a step:
+    their flows run at once and share links) gives each its own latency term: ``collective_of_flow``
+    int[F] names each flow's collective, ``collective_steps`` int[C] their step counts, and a flow
+    pays its collective's steps x (the collective's longest route latency + step latency).
+    """
+    sub = rp.sub
+    sizes, cap, weights, limit, starts = fluid_inputs(rp, capacity, latency, options, start_times)
+    finish = completion_times(sub.routes, sizes, cap, weights=weights, rate_limit=limit, start_times=starts,
                               incidence=_incidence_for(rp, options), engine=options.engine)
-    hop = _hop_latency(sub, sizes, capacity, latency, jnp.max(finish) - jnp.min(starts), congestion)
-    return sub.flow_finish(finish) + rp.steps * (hop + options.step_latency)
+    busy = jnp.max(finish) - jnp.min(jnp.asarray(start_times)[sub.parent])
+    hops = _route_latencies(sub, sizes, capacity, latency, busy, options.congestion)
+    return sub.flow_finish(finish + _latency_terms(rp, hops, options, collective_of_flow, collective_steps))
+
+
+def smooth_phase_finish(rp: RoutedPhase, capacity, latency, start_times, options: Options, *,
+                        collective_of_flow=None, collective_steps=None):
+    """(float[N], temperature): the smooth model's finish of every sub-flow (alpha-fair rates, no
+    re-sharing) started at ``start_times`` (float[F]), each plus its latency term as in
+    ``phase_finish``, and the soft max temperature of ``phase_time``: their soft max at it is the
+    smooth ``phase_time`` from 0."""
+    sub = rp.sub
+    sizes, cap, weights, limit, starts = fluid_inputs(rp, capacity, latency, options, start_times)
+    rates = smooth_maxmin_rates(sub.routes, cap, weights=weights, rate_limit=limit, sharpness=options.sharpness)
+    times = sizes / rates + starts
+    temperature = jax.lax.stop_gradient(jnp.mean(times)) / options.sharpness
+    busy = soft_max(times, temperature) - jnp.min(jnp.asarray(start_times)[sub.parent])
+    hops = _route_latencies(sub, sizes, capacity, latency, busy, options.congestion)
+    return times + _latency_terms(rp, hops, options, collective_of_flow, collective_steps), temperature

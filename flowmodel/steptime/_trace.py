@@ -54,7 +54,7 @@ from ..traffic import _collectives as coll
 from ..traffic._chakra import COLL, COMM_TYPE_OF, COMP, RECV, SEND, Trace, TraceError, TraceWriter, write_comm_groups
 from ._comm import EXACT, Options, RoutedPhase, phase_finish, phase_time, residual_capacity, route_phase
 from ._schedule import one_f_one_b
-from ._training import TrainingPlan, compute_times
+from ._training import LAYER_KINDS, TrainingPlan, compute_times
 
 # ASTRA-sim's collective implementations -> the closest flowmodel algorithm (bandwidth term first)
 IMPLEMENTATIONS = {"ring": "ring", "direct": "ring", "oneRing": "ring", "doubleBinaryTree": "tree",
@@ -224,6 +224,8 @@ class _Class:
     dynamic: bool
     instance_of_flow: np.ndarray | None = None  # dynamic: flow -> instance (0..I-1)
     nodes: np.ndarray | None = None  # dynamic: DAG node of each instance
+    size_of_flow: np.ndarray | None = None  # dynamic: flow -> its group size's index (own latency term)
+    size_steps: np.ndarray | None = None  # dynamic: the step count of each group size
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -422,8 +424,8 @@ def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecm
         name = _class_name(lab, kind, nbytes, n)
         timed = kind != "barrier" and n > 1
         single = timed and (kind == "send_recv" or len(_build(kind, algs, np.arange(n)[None], nbytes).phases) == 1)
-        if timed and single and not followed[members].any():
-            dynamic_groups.setdefault((lab, kind, n), []).extend(members)
+        if timed and single and not followed[members].any():  # a labelled class may mix group sizes
+            dynamic_groups.setdefault((lab, kind, None if lab else n), []).extend(members)
             continue
         if not timed:
             slot[members] = -1
@@ -442,7 +444,7 @@ def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecm
     num_dynamic = 0
     for (lab, kind, n), members in dynamic_groups.items():
         members = sorted(members, key=lambda i: (inst_seq[i], i))  # calls in order, then groups
-        srcs, dsts, sizes, flow_inst, steps = [], [], [], [], 0
+        srcs, dsts, sizes, flow_inst, flow_size, steps = [], [], [], [], [], {}
         for j, i in enumerate(members):
             _, _, nbytes, who = inst_key[i]
             who = np.array(who, np.int64)
@@ -454,14 +456,16 @@ def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecm
             dsts.append(ph.dst)
             sizes.append(ph.bytes)
             flow_inst.append(np.full(ph.num_flows, j))
-            steps = ph.steps
-        merged = coll.Phase(np.concatenate(srcs), np.concatenate(dsts), np.concatenate(sizes), steps)
-        rp = route_phase(_chunked(merged, chunks), router, policy, seed=seed, qps=qps)
+            flow_size.append(np.full(ph.num_flows, steps.setdefault(who.size, (len(steps), ph.steps))[0]))
+        size_steps = np.array([st for _, st in steps.values()], np.int64) * chunks
+        merged = coll.Phase(np.concatenate(srcs), np.concatenate(dsts), np.concatenate(sizes), int(size_steps.max()))
+        rp = route_phase(merged, router, policy, seed=seed, qps=qps)
         nodes = np.array(members, np.int64)  # instance i is DAG node i
         slot[nodes] = num_static + num_dynamic + np.arange(len(members))
         num_dynamic += len(members)
         name = _class_name(lab, kind, None, n)
-        classes.append(_Class(name, (rp,), True, np.concatenate(flow_inst), nodes))
+        classes.append(_Class(name, (rp,), True, np.concatenate(flow_inst), nodes, np.concatenate(flow_size),
+                              size_steps))
     zero = num_static + num_dynamic
     slot[slot < 0] = zero
     slot[len(inst_key):] = zero
@@ -562,7 +566,8 @@ def simulate_trace(prepared: PreparedTrace, capacity, latency, options: Options 
         durations = []
         for c in prepared.classes[prepared.num_static:]:
             starts = end[c.nodes]  # a dynamic instance has duration 0 in the first pass
-            finish = phase_finish(c.phases[0], capacity, latency, starts[c.instance_of_flow], options)
+            finish = phase_finish(c.phases[0], capacity, latency, starts[c.instance_of_flow], options,
+                                  collective_of_flow=c.size_of_flow, collective_steps=c.size_steps)
             last = jax.ops.segment_max(finish, jnp.asarray(c.instance_of_flow), num_segments=c.nodes.size)
             durations.append(last - starts)
         d = d.at[prepared.num_static:prepared.num_static + prepared.num_dynamic].set(jnp.concatenate(durations))
@@ -625,11 +630,13 @@ def export_training(plan: TrainingPlan, prefix: str) -> dict:
     job's i-th GPU), with ``<prefix>.comm_group.json`` and ``<prefix>.system.json`` (its DP algorithm).
 
     Per micro-batch and virtual stage, every layer is a compute node followed by the layer's blocking
-    collectives (TP all-gather, reduce-scatter, all-gather, reduce-scatter; CP; MoE all-to-alls); the
-    output head is a compute node on the last stage; activations and gradients cross stages as
-    send/recv pairs; each stage's DP gradient all-reduce follows its last backward. Communication
-    carries ``flowmodel_phase`` (its contention class in ``step_time``), so reading the trace back on
-    the same fabric gives the step time. Returns a summary (ranks, nodes, files).
+    collectives (``Training.layer_calls``: TP all-gathers and reduce-scatters; CP; a MoE layer's
+    all-to-alls and expert-TP gather and scatter; under full recomputation the backward repeats the
+    forward's); the output head is a compute node on the last stage; activations and gradients cross
+    stages as send/recv pairs; each stage's gradient all-reduces (dense over DP x CP, routed experts
+    over their expert-data-parallel group) follow its last backward. Communication carries
+    ``flowmodel_phase`` (its contention class in ``step_time``), so reading the trace back on the same
+    fabric gives the step time. Returns a summary (ranks, nodes, files).
     """
     job, par, model = plan.job, plan.job.parallelism, plan.job.model
     grid = plan.grid  # [dp, pp, cp, tp] GPU ranks
@@ -637,8 +644,7 @@ def export_training(plan: TrainingPlan, prefix: str) -> dict:
     index = {int(g): i for i, g in enumerate(gpus.tolist())}
     rank_of = np.vectorize(index.__getitem__)(grid) if grid.size else grid
     p, v, m = par.pp, par.virtual_stages, job.micro_batches
-    V = p * v
-    layer_f, head_f = compute_times(job)
+    dense_f, moe_f, head_f = compute_times(job)  # per pipeline rank, at its own accelerator
     folder = os.path.dirname(prefix)
     if folder:
         os.makedirs(folder, exist_ok=True)
@@ -649,32 +655,30 @@ def export_training(plan: TrainingPlan, prefix: str) -> dict:
         groups.setdefault(name, [int(x) for x in members])
         return name
 
-    per_layer = []  # (kind, label, bytes, group of a (d, s, c, t) coordinate), in a layer's order, forward
-    b, h, dt = job.micro_batch, model.hidden, model.dtype_bytes
-    seq = model.seq_len // par.cp
-    if par.tp > 1:
-        act = b * seq * h * dt
-        tp = lambda d, s, c, t: group(f"tp.{d}.{s}.{c}", rank_of[d, s, c])  # noqa: E731
-        per_layer += [("all_gather", "tp_all_gather", act, tp), ("reduce_scatter", "tp_reduce_scatter", act, tp)] * 2
-    cp_f, cp_b = [], []
-    if par.cp > 1:
-        kv = 2 * b * model.seq_len * model.kv_dim * dt / par.tp
-        cpg = lambda d, s, c, t: group(f"cp.{d}.{s}.{t}", rank_of[d, s, :, t])  # noqa: E731
-        cp_f = [("all_gather", "cp_all_gather", kv, cpg)]
-        cp_b = [("reduce_scatter", "cp_reduce_scatter", kv, cpg)]
-    ep = []
-    if model.experts and par.ep > 1:
-        tokens = b * seq / par.tp
-        def epg(d, s, c, t):  # noqa: E306
-            base = d - d % par.ep
-            return group(f"ep.{base}.{s}.{c}.{t}", rank_of[base:base + par.ep, s, c, t])
-        ep = [("all_to_all", "ep_all_to_all", tokens * model.top_k * h * dt, epg)] * 2
-    shard = b * seq * h * dt / par.tp
-    dp_sizes = None
-    if par.dp * par.cp > 1:
-        embed = model.vocab * model.hidden
-        params = plan.layers * model.layer_params + embed * ((np.arange(V) == 0) + (np.arange(V) == V - 1))
-        dp_sizes = params / par.tp * job.grad_bytes
+    def epg(d, s, c, t):
+        base = d - d % par.ep
+        return group(f"ep.{base}.{s}.{c}.{t}", rank_of[base:base + par.ep, s, c, t])
+
+    group_of = {"tp": lambda d, s, c, t: group(f"tp.{d}.{s}.{c}", rank_of[d, s, c]),
+                "cp": lambda d, s, c, t: group(f"cp.{d}.{s}.{t}", rank_of[d, s, :, t]), "ep": epg}
+    sizes = job.layer_traffic()
+
+    def ops(moe: bool, backward: bool) -> list:  # (kind, label, bytes, group of a (d, s, c, t)), one layer
+        calls = job.layer_calls(moe, backward=backward)
+        return [(label.split("_", 1)[1], label, sizes[label], group_of[LAYER_KINDS[label]])
+                for label, n in calls.items() for _ in range(n)]
+
+    layer_comm = {}
+    for moe in (False, True):  # a backward first repeats the forward's collectives under full recomputation
+        layer_comm[(moe, "F")] = ops(moe, False)
+        layer_comm[(moe, "B")] = (ops(moe, False) if job.recomputes else []) + ops(moe, True)
+    first = np.concatenate([[0], np.cumsum(plan.layers)[:-1]])
+    is_moe = [model.is_moe(np.arange(a, a + n)).tolist() for a, n in zip(first, plan.layers)]
+    layer_time = {(False, "F"): dense_f, (True, "F"): moe_f,
+                  (False, "B"): (2 + job.recomputes) * dense_f, (True, "B"): (2 + job.recomputes) * moe_f}
+    shard = job.micro_batch * (model.seq_len // par.cp) * model.hidden * model.dtype_bytes / par.tp
+    dense_dp, expert_dp = job.dp_gradients()
+    dp_sizes = {kind: (dense_dp, expert_dp)[kind == "dp_expert_all_reduce"] for kind in plan.dp_kinds}
 
     implementation = {"tree": "doubleBinaryTree"}.get(job.algorithm, "ring")  # ASTRA-sim's name for it
     schedule = one_f_one_b(p, m, v)
@@ -686,8 +690,8 @@ def export_training(plan: TrainingPlan, prefix: str) -> dict:
         for r, (d, s, c, t) in coords:
             w = TraceWriter(f"{prefix}.{r}.et", {"producer": "flowmodel", "job": job.name,
                                                  "flowmodel_gpu": int(gpus[r])})
-            nodes += _write_rank(w, r, d, s, c, t, schedule[s], rank_of, plan, groups, group, per_layer, cp_f, cp_b,
-                                 ep, shard, dp_sizes, layer_f[s], head_f[s])
+            nodes += _write_rank(w, r, d, s, c, t, schedule[s], rank_of, plan, groups, group, layer_comm, is_moe,
+                                 {key: f[s] for key, f in layer_time.items()}, shard, dp_sizes, head_f[s])
             w.close()
             written.append(w.path)
     except BaseException:  # a partial trace would read as a smaller one: leave none
@@ -704,8 +708,8 @@ def export_training(plan: TrainingPlan, prefix: str) -> dict:
     return {"ranks": len(coords), "nodes": nodes, "gpus": gpus.tolist(), "prefix": prefix}
 
 
-def _write_rank(w, r, d, s, c, t, ops, rank_of, plan, groups, group, per_layer, cp_f, cp_b, ep, shard, dp_sizes,
-                layer_f, head_f) -> int:
+def _write_rank(w, r, d, s, c, t, ops, rank_of, plan, groups, group, layer_comm, is_moe, layer_time, shard,
+                dp_sizes, head_f) -> int:
     """One rank's nodes of an exported training step (see ``export_training``); returns their count."""
     par = plan.job.parallelism
     p, v = par.pp, par.virtual_stages
@@ -727,16 +731,15 @@ def _write_rank(w, r, d, s, c, t, ops, rank_of, plan, groups, group, per_layer, 
                 "size_bytes": float(shard), "flowmodel_phase": lab}))
         if kind == "B" and k == V - 1:
             deps.append(last_of[("F", mb, k)])
-        scale = 1.0 if kind == "F" else 2.0
-        layer_comm = per_layer + (cp_f if kind == "F" else cp_b) + ep
         node = None
         if k == V - 1 and kind == "B":
-            node = w.add(COMP, f"B mb{mb} stage{k} head", deps=deps, duration=scale * head_f)
+            node = w.add(COMP, f"B mb{mb} stage{k} head", deps=deps, duration=2.0 * head_f)
             deps = [node]
         for layer in range(int(plan.layers[k])):
+            moe = is_moe[k][layer]
             node = w.add(COMP, f"{kind} mb{mb} stage{k} layer{layer}", deps=deps,
-                         duration=scale * layer_f)
-            for ckind, lab, nbytes, grp in layer_comm:
+                         duration=layer_time[(moe, kind)])
+            for ckind, lab, nbytes, grp in layer_comm[(moe, kind)]:
                 name = grp(d, s, c, t)
                 node = w.add(COLL, f"{kind} mb{mb} stage{k} layer{layer} {lab}", deps=[node], attrs={
                     "comm_type": COMM_TYPE_OF[ckind], "comm_size": int(round(nbytes)),
@@ -760,12 +763,18 @@ def _write_rank(w, r, d, s, c, t, ops, rank_of, plan, groups, group, per_layer, 
             w.add(SEND, f"{kind} mb{mb} stage{k} send", deps=[node], attrs={
                 "comm_src": r, "comm_dst": peer, "comm_tag": tag, "comm_size": int(round(shard)),
                 "size_bytes": float(shard), "flowmodel_phase": lab})
-    if dp_sizes is not None:
+    ep = par.ep
+    for kind, per_stage in dp_sizes.items():  # dense over DP x CP, experts over their expert-DP group
         for chunk in range(v):
             k = chunk * p + s
-            name = group(f"dp.{s}.{t}", rank_of[:, s, :, t].reshape(-1))
-            w.add(COLL, f"stage{k} dp all_reduce", deps=[last_backward[k]], attrs={
-                "comm_type": COMM_TYPE_OF["all_reduce"], "comm_size": int(round(dp_sizes[k])),
-                "size_bytes": float(dp_sizes[k]), "pg_name": name, "comm_group": groups[name],
+            if per_stage[k] <= 0:
+                continue
+            if kind == "dp_expert_all_reduce":
+                name = group(f"edp.{d % ep}.{s}.{t}", rank_of[d % ep::ep, s, :, t].reshape(-1))
+            else:
+                name = group(f"dp.{s}.{t}", rank_of[:, s, :, t].reshape(-1))
+            w.add(COLL, f"stage{k} {kind}", deps=[last_backward[k]], attrs={
+                "comm_type": COMM_TYPE_OF["all_reduce"], "comm_size": int(round(per_stage[k])),
+                "size_bytes": float(per_stage[k]), "pg_name": name, "comm_group": groups[name],
                 "flowmodel_phase": "dp"})
     return w.count

@@ -24,11 +24,22 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..fabric._network import FabricInfo, Network
-from ..kernels import link_bytes, route_latency, scheduled_bound
+from ..kernels import link_bytes, route_latency, scheduled_bound, soft_max
 from ..routing import Router
 from ..traffic._collectives import Phase, all_gather, all_reduce, all_to_all, bus_factor, reduce_scatter, send_recv
 from ..traffic._workload import Training
-from ._comm import DOMAINS, EXACT, Options, RoutedPhase, phase_finish, phase_time, residual_capacity, route_phase
+from ._comm import (
+    DOMAINS,
+    EXACT,
+    Options,
+    RoutedPhase,
+    domain_of,
+    phase_finish,
+    phase_time,
+    residual_capacity,
+    route_phase,
+    smooth_phase_finish,
+)
 from ._schedule import Schedule, evaluate_schedule, one_f_one_b
 
 
@@ -42,15 +53,44 @@ class TrainingPlan:
     collectives: dict[str, list[RoutedPhase]]  # per-layer kinds: tp_all_gather, ..., each a list of phases
     pp_forward: list[list[RoutedPhase] | None]  # per rank s: s -> s+1
     pp_backward: list[list[RoutedPhase] | None]
-    dp: RoutedPhase | None  # every virtual stage's DP reduction in one phase
+    dp: RoutedPhase | None  # every virtual stage's gradient reductions, dense and expert, in one phase
     dp_stage: np.ndarray  # int64[F] virtual stage of each DP flow
     schedule: Schedule  # the 1F1B DAG, prepared once
     domains: dict[str, str]
-    sizes: dict[str, tuple[str, float, int]]  # per-layer kind -> (collective, bytes, ranks per group)
+    sizes: dict[str, tuple[str, float, int]]  # kind -> (collective, bytes per rank, ranks per group)
+    moe_layers: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))  # int64[V]
+    dp_kinds: tuple[str, ...] = ()  # the reductions merged in ``dp``: dp_all_reduce, dp_expert_all_reduce
+    dp_collective: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))  # int64[F]
+    dp_steps: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))  # int64[len(dp_kinds)]
 
 
-def _stage_layers(layers: int, V: int) -> np.ndarray:
-    return np.array([len(a) for a in np.array_split(np.arange(layers), V)], np.int64)
+DP_KINDS = ("dp_all_reduce", "dp_expert_all_reduce")
+LAYER_KINDS = {  # per-layer collective kind -> the groups it runs on
+    "tp_all_gather": "tp", "tp_reduce_scatter": "tp", "etp_all_gather": "tp", "etp_reduce_scatter": "tp",
+    "cp_all_gather": "cp", "cp_reduce_scatter": "cp", "ep_all_to_all": "ep"}
+_BUILD = {"tp_all_gather": all_gather, "tp_reduce_scatter": reduce_scatter, "etp_all_gather": all_gather,
+          "etp_reduce_scatter": reduce_scatter, "cp_all_gather": all_gather, "cp_reduce_scatter": reduce_scatter,
+          "ep_all_to_all": all_to_all}
+
+
+def dp_groups(job: Training, grid: np.ndarray, s: int, expert: bool) -> np.ndarray:
+    """int64[G, n] the gradient-reduction groups of pipeline rank ``s``: for dense parameters the DP x CP
+    ranks of each TP rank (n = dp x cp); for routed experts the ranks holding the same expert shard,
+    the same TP rank and position in their EP group (n = dp x cp / ep; Megatron-Core's expert data
+    parallel group)."""
+    par = job.parallelism
+    block = grid[:, s]  # [dp, cp, tp]
+    if not expert:
+        return block.transpose(2, 0, 1).reshape(par.tp, -1)
+    block = block.reshape(par.dp // par.ep, par.ep, par.cp, par.tp)
+    return block.transpose(1, 3, 0, 2).reshape(par.ep * par.tp, -1)
+
+
+def ep_groups(job: Training, grid: np.ndarray) -> np.ndarray:
+    """int64[G, ep] the expert-parallel groups: ``ep`` consecutive DP ranks of the same (pp, cp, tp)."""
+    par = job.parallelism
+    g = grid.reshape(par.dp // par.ep, par.ep, par.pp, par.cp, par.tp).transpose(0, 2, 3, 4, 1)
+    return g.reshape(-1, par.ep)
 
 
 def plan_training(job: Training, info: FabricInfo, router: Router, *, policy: str = "ecmp", seed: int = 0,
@@ -76,22 +116,12 @@ def plan_training(job: Training, info: FabricInfo, router: Router, *, policy: st
             sizes[name] = (collective.kind, collective.size, collective.group_size)
         return [route_phase(ph, router, policy, seed=seed, qps=qps) for ph in collective.phases]
 
-    tp_groups = grid.reshape(-1, par.tp)
+    groups = {"tp": grid.reshape(-1, par.tp), "cp": grid.transpose(0, 1, 3, 2).reshape(-1, par.cp)}
+    if model.moe_layers and par.ep > 1:
+        groups["ep"] = ep_groups(job, grid)
     collectives: dict[str, list[RoutedPhase]] = {}
-    if par.tp > 1:
-        activation = b * seq * h * dt
-        collectives["tp_all_gather"] = rp(all_gather(tp_groups, activation), "tp_all_gather")
-        collectives["tp_reduce_scatter"] = rp(reduce_scatter(tp_groups, activation), "tp_reduce_scatter")
-    if par.cp > 1:
-        cp_groups = grid.transpose(0, 1, 3, 2).reshape(-1, par.cp)
-        kv = 2 * b * model.seq_len * model.kv_dim * dt / par.tp
-        collectives["cp_all_gather"] = rp(all_gather(cp_groups, kv), "cp_all_gather")
-        collectives["cp_reduce_scatter"] = rp(reduce_scatter(cp_groups, kv), "cp_reduce_scatter")
-    if model.experts and par.ep > 1:
-        ep_groups = grid.reshape(par.dp // par.ep, par.ep, par.pp, par.cp, par.tp).transpose(0, 2, 3, 4, 1)
-        tokens = b * seq / par.tp
-        collectives["ep_all_to_all"] = rp(all_to_all(ep_groups.reshape(-1, par.ep), tokens * model.top_k * h * dt),
-                                          "ep_all_to_all")
+    for kind, nbytes in job.layer_traffic().items():
+        collectives[kind] = rp(_BUILD[kind](groups[LAYER_KINDS[kind]], nbytes), kind)
 
     p, v = par.pp, par.virtual_stages
     pp_fwd, pp_bwd = [None] * p, [None] * p
@@ -105,36 +135,51 @@ def plan_training(job: Training, info: FabricInfo, router: Router, *, policy: st
         sizes["pp_send_recv"] = ("send_recv", shard, 2)
 
     V = p * v
-    layers = _stage_layers(model.layers, V)
+    layers, moe_layers = job.stage_layout()
+    # Dense gradients are reduced over DP x CP, routed experts' over their expert-DP group: separate
+    # collectives (own groups, bytes and step counts) whose flows run at once in one phase.
+    reductions = []
+    for expert, per_stage, n in ((False, job.dp_gradients()[0], par.dp * par.cp),
+                                 (True, job.dp_gradients()[1], job.expert_dp)):
+        if n > 1 and per_stage.any():
+            reductions.append((DP_KINDS[expert], expert, per_stage, n))
     dp_plan, dp_stage = None, np.zeros(0, np.int64)
-    if par.dp * par.cp > 1:
-        embed = model.vocab * model.hidden
-        params = layers * model.layer_params + embed * ((np.arange(V) == 0) + (np.arange(V) == V - 1))
-        src, dst, size, stage = [], [], [], []
-        steps = 0
-        for k in range(V):
-            groups = grid[:, k % p].transpose(2, 0, 1).reshape(par.tp, -1)  # DP x CP ranks per TP rank
-            ph = all_reduce(groups, params[k] / par.tp * job.grad_bytes, job.algorithm).phases
-            if len(ph) != 1:
-                raise ValueError(f"training.algorithm: {job.algorithm!r} has {len(ph)} phases; the overlapped DP "
-                                 "reduction takes a one-phase all-reduce (ring or tree)")
-            src.append(ph[0].src)
-            dst.append(ph[0].dst)
-            size.append(ph[0].bytes)
-            stage.append(np.full(ph[0].num_flows, k))
-            steps = ph[0].steps
-        merged = Phase(np.concatenate(src), np.concatenate(dst), np.concatenate(size), steps)
-        per_rank = [params[s::p].sum() / par.tp * job.grad_bytes for s in range(p)]  # a rank holds v stages
-        sizes["dp_all_reduce"] = ("all_reduce", float(max(per_rank)), par.dp * par.cp)
+    dp_collective, dp_steps = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    dp_domains = {}
+    if reductions:
+        src, dst, size, stage, which, steps = [], [], [], [], [], []
+        for c, (kind, expert, per_stage, n) in enumerate(reductions):
+            steps.append(0)
+            for k in range(V):
+                if per_stage[k] <= 0:
+                    continue
+                ph = all_reduce(dp_groups(job, grid, k % p, expert), per_stage[k], job.algorithm).phases
+                if len(ph) != 1:
+                    raise ValueError(f"training.algorithm: {job.algorithm!r} has {len(ph)} phases; the overlapped DP "
+                                     "reduction takes a one-phase all-reduce (ring or tree)")
+                src.append(ph[0].src)
+                dst.append(ph[0].dst)
+                size.append(ph[0].bytes)
+                stage.append(np.full(ph[0].num_flows, k))
+                which.append(np.full(ph[0].num_flows, c))
+                steps[c] = ph[0].steps
+            per_rank = [per_stage[s::p].sum() for s in range(p)]  # a rank holds v stages
+            sizes[kind] = ("all_reduce", float(max(per_rank)), n)
+        dp_steps = np.array(steps, np.int64)
+        merged = Phase(np.concatenate(src), np.concatenate(dst), np.concatenate(size), int(dp_steps.max()))
         dp_plan, dp_stage = route_phase(merged, router, policy, seed=seed, qps=qps), np.concatenate(stage)
+        dp_collective = np.concatenate(which)
+        for c, (kind, *_) in enumerate(reductions):
+            routes = np.asarray(dp_plan.sub.routes)[dp_collective[dp_plan.sub.parent] == c]
+            dp_domains[kind] = domain_of(router.info, routes)
 
     domains = {name: phases[0].domain for name, phases in collectives.items()}
     if p > 1:
         domains["pp_send_recv"] = pp_fwd[0][0].domain
-    if dp_plan is not None:
-        domains["dp_all_reduce"] = dp_plan.domain
+    domains.update(dp_domains)
     return TrainingPlan(job, grid, layers, collectives, pp_fwd, pp_bwd, dp_plan, dp_stage,
-                        Schedule.build(one_f_one_b(p, job.micro_batches, v)), domains, sizes)
+                        Schedule.build(one_f_one_b(p, job.micro_batches, v)), domains, sizes, moe_layers,
+                        tuple(r[0] for r in reductions), dp_collective, dp_steps)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,17 +196,20 @@ class StepResult:
     links of bytes / capacity, plus the same latency term), efficiency = bound / time, and
     nccl-tests' algbw (bytes / time, bytes/s; ``bytes`` per rank, for DP the fullest rank's
     gradients) and busbw (algbw x the collective's factor, bytes/s); the plan's ``domains`` says
-    which domain each kind crosses.
+    which domain each kind crosses. ``dp_starts`` (float[V], s) is when each virtual stage's DP
+    reduction starts, the end of its last backward (empty without DP): the link view replays the
+    reduction from these.
     """
 
     step_time: object
     breakdown: dict
     by_domain: dict
     collectives: dict
+    dp_starts: object
 
 
-jax.tree_util.register_dataclass(StepResult, data_fields=["step_time", "breakdown", "by_domain", "collectives"],
-                                 meta_fields=[])
+jax.tree_util.register_dataclass(StepResult, data_fields=["step_time", "breakdown", "by_domain", "collectives",
+                                                          "dp_starts"], meta_fields=[])
 
 
 def routed_phases(plan: TrainingPlan) -> dict[str, RoutedPhase]:
@@ -177,15 +225,29 @@ def routed_phases(plan: TrainingPlan) -> dict[str, RoutedPhase]:
     return out
 
 
+def _layer_calls(job: Training, moe: bool) -> dict[str, int]:
+    """Calls of each per-layer kind per layer and micro-batch, forward and backward (and the forward's
+    again under full recomputation)."""
+    out = dict(job.layer_calls(moe))
+    for kind, n in job.layer_calls(moe, backward=True).items():
+        out[kind] = out.get(kind, 0) + n
+    if job.recomputes:
+        for kind, n in job.layer_calls(moe).items():
+            out[kind] += n
+    return out
+
+
 def calls_per_step(plan: TrainingPlan, name: str) -> float:
-    """How many times a step runs the named phase (per-layer kinds: per layer of one pipeline rank)."""
-    par, m = plan.job.parallelism, plan.job.micro_batches
-    layers = plan.job.model.layers / par.pp
+    """How many times a step runs the named phase (per-layer kinds: per layer of one pipeline rank,
+    on average over the ranks)."""
+    job = plan.job
+    par, m = job.parallelism, job.micro_batches
     kind = name.split("[")[0]
-    if kind in ("tp_all_gather", "tp_reduce_scatter", "ep_all_to_all"):
-        return 4.0 * m * layers
-    if kind in ("cp_all_gather", "cp_reduce_scatter"):
-        return float(m * layers)
+    if kind in LAYER_KINDS:
+        moe = job.model.moe_layers
+        calls = ((job.model.layers - moe) * _layer_calls(job, False).get(kind, 0)
+                 + moe * _layer_calls(job, True).get(kind, 0))
+        return float(m * calls / par.pp)
     if kind in ("pp_forward", "pp_backward"):
         last = int(name.split("[")[1].rstrip("]")) == par.pp - 1
         return float(m * (par.virtual_stages - 1 if last else par.virtual_stages))
@@ -227,21 +289,22 @@ def step_time(plan: TrainingPlan, network: Network, options: Options = EXACT, *,
     """
     residual_capacity(network.capacity, background, info)  # validates concrete inputs, names the link
     _resolve(plan, logits)  # unknown phase names fail here, before any work
-    finish, parts, by_domain, report = _step_numbers(plan, network.capacity, network.latency, background, logits,
-                                                     options)
-    return StepResult(step_time=finish, breakdown=parts, by_domain=by_domain, collectives=report)
+    finish, parts, by_domain, report, dp_starts = _step_numbers(plan, network.capacity, network.latency, background,
+                                                                logits, options)
+    return StepResult(step_time=finish, breakdown=parts, by_domain=by_domain, collectives=report, dp_starts=dp_starts)
 
 
-def compute_times(job: Training) -> tuple[np.ndarray, np.ndarray]:
-    """float64[pp] each: seconds of one micro-batch's forward compute on each pipeline rank, per layer
-    and of the output head (used on the last rank, which holds the last virtual stage), at the rank's
-    own peak (``Training.rank_peak_flops``); a backward computes twice as long."""
+def compute_times(job: Training) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """float64[pp] each: seconds of one micro-batch's forward compute on each pipeline rank, at the
+    rank's own peak (``Training.rank_peak_flops``): per dense layer, per MoE layer, and of the output
+    head (used on the last rank, which holds the last virtual stage); a backward computes twice as
+    long (and recomputes the layers' forward under full recomputation)."""
     par, model = job.parallelism, job.model
     tokens = job.micro_batch * model.seq_len
     rate = job.rank_peak_flops * job.efficiency
-    layer = model.layer_flops_per_token() * tokens / (par.tp * par.cp) / rate
+    dense, moe = (model.layer_flops_per_token(flag) * tokens / (par.tp * par.cp) / rate for flag in (False, True))
     head = 2 * model.hidden * model.vocab * tokens / (par.tp * par.cp) / rate
-    return layer, head
+    return dense, moe, head
 
 
 def _step_numbers(plan: TrainingPlan, capacity, latency, background, logits, options: Options):
@@ -254,46 +317,71 @@ def _step_numbers(plan: TrainingPlan, capacity, latency, background, logits, opt
     def t(prefix):
         return sum((v for k, v in seconds.items() if k.startswith(prefix + "[")), 0.0)
 
-    tp = 2 * t("tp_all_gather") + 2 * t("tp_reduce_scatter")  # per layer, each direction
-    cp_f, cp_b = t("cp_all_gather"), t("cp_reduce_scatter")
-    ep = 2 * t("ep_all_to_all")
-    layer_compute, head_compute = compute_times(job)
+    def comm(moe: bool, backward: bool, category=None):
+        calls = job.layer_calls(moe, backward=backward)
+        return sum((n * t(k) for k, n in calls.items() if category in (None, LAYER_KINDS[k])), 0.0)
+
+    r = float(job.recomputes)  # the backward pass first recomputes the forward, collectives included
+    dense_compute, moe_compute, head_compute = compute_times(job)
     V = len(plan.layers)
     on_rank = np.arange(V) % par.pp  # virtual stage k runs on pipeline rank k mod pp, at that rank's compute
-    compute_f = plan.layers * layer_compute[on_rank] + np.where(np.arange(V) == V - 1, head_compute[on_rank], 0.0)
-    comm_f, comm_b = tp + cp_f + ep, tp + cp_b + ep
-    t_forward = [compute_f[k] + plan.layers[k] * comm_f for k in range(V)]
-    t_backward = [2 * compute_f[k] + plan.layers[k] * comm_b for k in range(V)]
+    n_moe = plan.moe_layers if plan.moe_layers.size else np.zeros(V, np.int64)
+    n_dense = plan.layers - n_moe
+    layer_f = n_dense * dense_compute[on_rank] + n_moe * moe_compute[on_rank]
+    compute_f = layer_f + np.where(np.arange(V) == V - 1, head_compute[on_rank], 0.0)
+    comm_f = {flag: comm(flag, False) for flag in (False, True)}
+    comm_b = {flag: comm(flag, True) + r * comm_f[flag] for flag in (False, True)}
+    t_forward = [compute_f[k] + n_dense[k] * comm_f[False] + n_moe[k] * comm_f[True] for k in range(V)]
+    t_backward = [2 * compute_f[k] + r * layer_f[k] + n_dense[k] * comm_b[False] + n_moe[k] * comm_b[True]
+                  for k in range(V)]
     send_f = [t(f"pp_forward[{s}]") for s in range(par.pp)]
     send_b = [t(f"pp_backward[{s}]") for s in range(par.pp)]
 
     times = evaluate_schedule(plan.schedule, t_forward, t_backward, send_f, send_b)
     pipeline_end = jnp.max(times.free)
     finish, dp_exposed = pipeline_end, 0.0
+    dp_starts = jnp.zeros(0, capacity.dtype)
     m = job.micro_batches
+    dp_times = {}
     if "dp" in phases:
-        # each stage's reduction starts when its gradients are complete: at the end of its last backward
+        # each stage's reductions start when its gradients are complete: at the end of its last backward;
+        # dense and expert reductions share links, each with its own latency term
         starts = times.last_backward.astype(capacity.dtype)[plan.dp_stage]
+        ph, which = phases["dp"], plan.dp_collective
+        extra = dict(collective_of_flow=which, collective_steps=plan.dp_steps)
         if options.smooth:
-            dp_finish = phase_time(phases["dp"], capacity, latency, options, start_times=starts)
+            ends, temperature = smooth_phase_finish(ph, capacity, latency, starts, options, **extra)
+            sub_of = which[ph.sub.parent]
+            dp_finish = soft_max(ends, temperature)
+            for c, kind in enumerate(plan.dp_kinds):
+                own = soft_max(jnp.where(jnp.asarray(sub_of == c), ends, -jnp.inf), temperature)
+                dp_times[kind] = own - jnp.min(starts[which == c])
         else:
-            dp_finish = jnp.max(phase_finish(phases["dp"], capacity, latency, starts, options))
+            ends = phase_finish(ph, capacity, latency, starts, options, **extra)
+            dp_finish = jnp.max(ends)
+            for c, kind in enumerate(plan.dp_kinds):
+                dp_times[kind] = jnp.max(ends[which == c]) - jnp.min(starts[which == c])
         finish = jnp.maximum(pipeline_end, dp_finish)
         dp_exposed = finish - pipeline_end
+        dp_starts = times.last_backward.astype(capacity.dtype)
 
-    # the busiest rank: most layer compute (uniform accelerators: most layers; ties: the first)
-    per_rank_layers = [int(plan.layers[s::par.pp].sum()) for s in range(par.pp)]
-    rank = int(np.argmax(np.array(per_rank_layers) * layer_compute))
-    compute = m * sum(3 * compute_f[k] for k in range(rank, V, par.pp))
-    n_layers = m * per_rank_layers[rank]
-    parts = {"compute": compute, "tp": n_layers * 2 * tp, "cp": n_layers * (cp_f + cp_b), "ep": n_layers * 2 * ep}
+    # the busiest rank: most layer compute time, at each rank's own peak (ties: the first)
+    work = [float(layer_f[s::par.pp].sum()) for s in range(par.pp)]
+    rank = int(np.argmax(work))
+    own = range(rank, V, par.pp)
+    compute = m * sum(3 * compute_f[k] + r * layer_f[k] for k in own)
+    parts = {"compute": compute}
+    for category in ("tp", "cp", "ep"):
+        per = {flag: comm(flag, False, category) * (1 + r) + comm(flag, True, category) for flag in (False, True)}
+        parts[category] = m * sum(n_dense[k] * per[False] + n_moe[k] * per[True] for k in own)
     parts["pipeline"] = pipeline_end - sum(parts.values())
     parts["dp"] = dp_exposed
     by_domain = {d: 0.0 for d in DOMAINS}
-    for kind, key in (("tp_all_gather", "tp"), ("cp_all_gather", "cp"), ("ep_all_to_all", "ep"),
-                      ("dp_all_reduce", "dp")):
+    for kind, key in (("tp_all_gather", "tp"), ("cp_all_gather", "cp"), ("ep_all_to_all", "ep")):
         if kind in plan.domains:
             by_domain[plan.domains[kind]] = by_domain[plan.domains[kind]] + parts[key]
+    if plan.dp is not None:
+        by_domain[plan.dp.domain] = by_domain[plan.dp.domain] + parts["dp"]
     report = {}
     for kind in plan.sizes:
         if kind == "pp_send_recv":  # per call: the slowest rank's send (forward; backward is the same size)
@@ -301,9 +389,11 @@ def _step_numbers(plan: TrainingPlan, capacity, latency, background, logits, opt
             time = _max_all([sum(seconds[n] for n in names) for names in per_rank if names])
             bound = _max_all([sum(_bound(phases[n], capacity, latency, options.step_latency) for n in names)
                               for names in per_rank if names])
-        elif kind == "dp_all_reduce":  # from the first stage's reduction start to the last one's end
-            time = dp_finish - jnp.min(starts)
-            bound = _bound(phases["dp"], capacity, latency, options.step_latency)
+        elif kind in DP_KINDS:  # from the collective's first stage's start to its last flow's end
+            c = plan.dp_kinds.index(kind)
+            time = dp_times[kind]
+            bound = _bound(phases["dp"], capacity, latency, options.step_latency,
+                           sub_mask=plan.dp_collective[phases["dp"].sub.parent] == c, steps=int(plan.dp_steps[c]))
         else:
             names = [n for n in seconds if n.startswith(kind + "[")]
             time = sum(seconds[n] for n in names)
@@ -312,14 +402,20 @@ def _step_numbers(plan: TrainingPlan, capacity, latency, background, logits, opt
         report[kind] = {"seconds": time, "bound_seconds": bound, "efficiency": bound / time,
                         "bytes": size, "ranks": n, "algbw": size / time,
                         "busbw": size / time * bus_factor(collective, n)}
-    return finish, parts, by_domain, report
+    return finish, parts, by_domain, report, dp_starts
 
 
-def _bound(ph: RoutedPhase, capacity, latency, step_latency):
+def _bound(ph: RoutedPhase, capacity, latency, step_latency, *, sub_mask=None, steps=None):
+    """Bandwidth bound (max over links of bytes / capacity) plus the latency term of the phase, or of
+    the sub-flows in ``sub_mask`` with ``steps`` steps (one collective of a merged phase)."""
     if ph.sub is None:
         return 0.0
-    hop = jnp.max(route_latency(jnp.asarray(ph.sub.routes), latency))
-    return scheduled_bound(ph.sub.routes, ph.sub.sizes(ph.sizes), capacity) + ph.steps * (hop + step_latency)
+    routes, sizes = np.asarray(ph.sub.routes), ph.sub.sizes(ph.sizes)
+    if sub_mask is not None:
+        routes, sizes = routes[sub_mask], sizes[np.flatnonzero(sub_mask)]
+    hop = jnp.max(route_latency(jnp.asarray(routes), latency))
+    steps = ph.steps if steps is None else steps
+    return scheduled_bound(routes, sizes, capacity) + steps * (hop + step_latency)
 
 
 def _max_all(values):

@@ -22,14 +22,31 @@ DIMS = ("tp", "cp", "pp", "dp")  # rank order, fastest-varying first: TP in a do
 # value is a mistake, not a workload.
 MAX_MICRO_BATCHES = 65_536
 MAX_SCHEDULE_OPS = 2**22
+ZERO_STAGES = (0, 1, 2)
+RECOMPUTE = ("none", "full")
+
+
+def stage_layers(layers: int, V: int) -> np.ndarray:
+    """int64[V] transformer layers of each virtual stage, contiguous, the first stages taking one
+    more when V does not divide ``layers``."""
+    return np.array([len(a) for a in np.array_split(np.arange(layers), V)], np.int64)
 
 
 @dataclasses.dataclass(frozen=True)
 class Model:
     """A decoder-only transformer (Llama-style: GQA attention, SwiGLU MLP, untied embeddings).
 
-    MoE: with ``experts > 0`` every layer's MLP is ``experts`` experts of ``moe_ffn_hidden`` (default
-    ``ffn_hidden``), each token routed to ``top_k`` of them.
+    MoE (DeepSeek-V3 / Megatron-Core layout): with ``experts > 0`` every layer after the first
+    ``dense_layers`` routes each token to ``top_k`` of ``experts`` SwiGLU experts of ``moe_ffn_hidden``
+    (default ``ffn_hidden``), with expert buffers of ``capacity_factor`` x top_k slots per token, and
+    passes it through ``shared_experts`` more experts of that size; the first ``dense_layers`` layers
+    have a dense MLP of ``ffn_hidden``.
+
+    Attention: grouped-query (``kv_heads`` heads of ``head_dim``, default hidden / heads), or with
+    ``kv_lora_rank > 0`` DeepSeek's multi-head latent attention: keys and values are projected up
+    from a ``kv_lora_rank`` latent, which the KV cache holds with one shared ``rope_head_dim`` rotary
+    key per token; queries from a ``q_lora_rank`` latent (0: from the hidden state directly); query
+    and key heads are ``head_dim + rope_head_dim`` wide, value heads ``head_dim``.
     """
 
     name: str
@@ -44,51 +61,138 @@ class Model:
     top_k: int = 0
     moe_ffn_hidden: int | None = None
     dtype_bytes: int = 2
+    capacity_factor: float = 1.0
+    shared_experts: int = 0
+    dense_layers: int = 0
+    head_dim: int | None = None
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    rope_head_dim: int = 0
 
     def __post_init__(self):
         for f in ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "seq_len", "dtype_bytes"):
             check_number(f"model.{f}", getattr(self, f), minimum=1, integer=True)
-        check_number("model.experts", self.experts, integer=True)
-        if self.hidden % self.heads:
-            raise ValueError(f"model.heads: {self.heads} does not divide hidden {self.hidden}")
+        for f in ("experts", "shared_experts", "dense_layers", "kv_lora_rank", "q_lora_rank", "rope_head_dim"):
+            check_number(f"model.{f}", getattr(self, f), integer=True)
+        check_number("model.capacity_factor", self.capacity_factor, strict=True)
+        if self.head_dim is not None:
+            check_number("model.head_dim", self.head_dim, minimum=1, integer=True)
+        elif self.hidden % self.heads:
+            raise ValueError(f"model.heads: {self.heads} does not divide hidden {self.hidden} (or give head_dim)")
         if self.heads % self.kv_heads:
             raise ValueError(f"model.kv_heads: {self.kv_heads} does not divide heads {self.heads}")
         if self.experts:
             check_number("model.top_k", self.top_k, minimum=1, integer=True)
             if self.top_k > self.experts:
                 raise ValueError(f"model.top_k: {self.top_k} is more than the {self.experts} experts")
+            if self.dense_layers > self.layers:
+                raise ValueError(f"model.dense_layers: {self.dense_layers} is more than the {self.layers} layers")
+        else:
+            for f in ("shared_experts", "dense_layers"):  # meaningful only beside routed experts
+                if getattr(self, f):
+                    raise ValueError(f"model.{f}: {getattr(self, f)} needs a MoE model (experts > 0)")
+        if not self.kv_lora_rank:
+            for f in ("q_lora_rank", "rope_head_dim"):  # latent attention's other dimensions
+                if getattr(self, f):
+                    raise ValueError(f"model.{f}: {getattr(self, f)} needs latent attention (kv_lora_rank > 0)")
+
+    @property
+    def head(self) -> int:
+        """Width of a value head (and of a query/key head without its rotary part)."""
+        return self.head_dim or self.hidden // self.heads
 
     @property
     def kv_dim(self) -> int:
-        return self.kv_heads * (self.hidden // self.heads)
+        return self.kv_heads * self.head
+
+    @property
+    def kv_width(self) -> int:
+        """Elements of K and V together per token, as attention reads them (what context parallelism
+        gathers): 2 x kv_dim, or with latent attention the up-projected keys and values of every head."""
+        if self.kv_lora_rank:
+            return self.heads * (self.head + self.rope_head_dim) + self.heads * self.head
+        return 2 * self.kv_dim
 
     @property
     def expert_ffn(self) -> int:
         return self.moe_ffn_hidden or self.ffn_hidden
 
     @property
-    def layer_params(self) -> int:
-        attention = self.hidden * (self.hidden + 2 * self.kv_dim) + self.hidden * self.hidden
-        if self.experts:
-            return attention + self.experts * 3 * self.hidden * self.expert_ffn + self.hidden * self.experts
-        return attention + 3 * self.hidden * self.ffn_hidden
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers if self.experts else 0
+
+    def is_moe(self, layer) -> np.ndarray:
+        """bool per layer index: whether the layer has routed experts."""
+        return (np.asarray(layer) >= self.dense_layers) & (self.experts > 0)
+
+    @property
+    def attention_params(self) -> int:
+        h, heads, qk = self.hidden, self.heads, self.head + self.rope_head_dim
+        out = heads * self.head * h
+        if not self.kv_lora_rank:
+            return h * heads * qk + h * 2 * self.kv_dim + out
+        q = h * self.q_lora_rank + self.q_lora_rank * heads * qk if self.q_lora_rank else h * heads * qk
+        kv = h * (self.kv_lora_rank + self.rope_head_dim) + self.kv_lora_rank * heads * 2 * self.head
+        return q + kv + out
+
+    def layer_parts(self, moe: bool) -> tuple[int, int]:
+        """(parameters outside the routed experts, routed-expert parameters) of one layer, a MoE layer
+        if ``moe``. Shared experts and the router count as the former (Megatron-Core shards and
+        reduces them like dense weights)."""
+        expert = 3 * self.hidden * self.expert_ffn
+        if not moe:
+            return self.attention_params + 3 * self.hidden * self.ffn_hidden, 0
+        return self.attention_params + self.shared_experts * expert + self.hidden * self.experts, self.experts * expert
 
     @property
     def params(self) -> int:
-        return self.layers * self.layer_params + 2 * self.vocab * self.hidden
+        dense, moe = self.layer_parts(False), self.layer_parts(True)
+        return ((self.layers - self.moe_layers) * sum(dense) + self.moe_layers * sum(moe)
+                + 2 * self.vocab * self.hidden)
 
-    def layer_flops_per_token(self) -> float:
-        """Forward FLOP per token of one layer (matmuls and causal attention scores); backward is 2x."""
+    @property
+    def active_params(self) -> int:
+        """Parameters a token passes through: routed experts count top_k times, not ``experts``."""
+        routed = self.moe_layers * self.top_k * 3 * self.hidden * self.expert_ffn
+        return self.params - self.moe_layers * self.layer_parts(True)[1] + routed
+
+    def layer_flops_per_token(self, moe: bool) -> float:
+        """Forward FLOP per token of one layer (a MoE layer if ``moe``): matmuls and causal attention
+        scores; backward is 2x. Routed experts compute ``capacity_factor`` x top_k slots per token."""
         h = self.hidden
-        attention = 2 * h * (h + 2 * self.kv_dim) + 2 * h * h + 2 * self.seq_len * h  # causal QK^T and AV
-        if self.experts:
-            mlp = self.top_k * 2 * 3 * h * self.expert_ffn + 2 * h * self.experts
-        else:
-            mlp = 2 * 3 * h * self.ffn_hidden
-        return float(attention + mlp)
+        scores = self.seq_len * self.heads * (2 * self.head + self.rope_head_dim)  # causal QK^T and AV
+        attention = 2 * self.attention_params + scores
+        if moe:
+            slots = self.top_k * self.capacity_factor + self.shared_experts
+            return float(attention + slots * 2 * 3 * h * self.expert_ffn + 2 * h * self.experts)
+        return float(attention + 2 * 3 * h * self.ffn_hidden)
+
+    def activation_bytes_per_token(self, moe: bool, tp: int = 1) -> float:
+        """Bytes one layer keeps per token for its backward pass, per GPU of a TP group with sequence
+        parallelism (everything sharded over ``tp`` except a MoE layer's routed-expert inputs, which
+        the expert-tensor-parallel all-gather leaves whole on every TP rank).
+
+        What autograd saves in a Llama-style layer with flash attention (no s x s scores) and no
+        dropout: the two norms' inputs and outputs, Q, K and V, the attention output (also the output
+        projection's input), the SwiGLU gate and up projections and their product; with latent
+        attention also the two latents; a MoE layer keeps its routed tokens' expert inputs and SwiGLU
+        tensors per slot (docs/sources.md, "Memory per GPU").
+        """
+        h, dt = self.hidden, self.dtype_bytes
+        attention = 2 * h + self.heads * (self.head + self.rope_head_dim) + self.kv_width + self.heads * self.head
+        if self.kv_lora_rank:
+            attention += self.q_lora_rank + self.kv_lora_rank + self.rope_head_dim
+        if not moe:
+            return dt * (attention + 2 * h + 3 * self.ffn_hidden) / tp
+        shared = self.shared_experts * 3 * self.expert_ffn
+        routed = self.top_k * self.capacity_factor * (h + 3 * self.expert_ffn / tp)
+        return dt * ((attention + 2 * h + shared) / tp + routed)
 
     def kv_bytes_per_token(self) -> int:
-        """KV-cache bytes per token: 2 (K and V) x kv_heads x head_dim x layers x dtype bytes."""
+        """KV-cache bytes per token: 2 (K and V) x kv_heads x head_dim x layers x dtype bytes; with
+        latent attention the latent and the rotary key, (kv_lora_rank + rope_head_dim) x layers x dtype."""
+        if self.kv_lora_rank:
+            return (self.kv_lora_rank + self.rope_head_dim) * self.layers * self.dtype_bytes
         return 2 * self.kv_dim * self.layers * self.dtype_bytes
 
 
@@ -156,6 +260,14 @@ class Training:
         run on different accelerators (``hardware.stage_figures``); each stage's compute is timed at its
         own peak and its weights, gradients and optimizer state must fit in its own HBM. When given,
         ``peak_flops`` and ``hbm`` become their minimum (the slowest stage, the smallest memory).
+      zero_stage: what the DP x CP ranks shard (``memory``): 0 nothing (DDP), 1 the optimizer state
+        (Megatron's distributed optimizer, ZeRO-1), 2 the gradients too (ZeRO-2; Llama 3's FSDP,
+        which keeps the weights unsharded from the forward to the backward pass). Expert parameters'
+        state is sharded over their expert-data-parallel group (DP x CP / EP ranks).
+      recompute: ``"none"`` (every layer keeps its activations; Llama 3 405B at 8K) or ``"full"``
+        (a layer keeps only its input and is recomputed in the backward pass, collectives included).
+      optimizer_bytes: optimizer state per parameter (Adam in mixed precision: fp32 master weights
+        and two fp32 moments, 12 bytes).
     """
 
     model: Model
@@ -173,9 +285,19 @@ class Training:
     steps: int | None = None
     stage_peak_flops: tuple[float, ...] | None = None
     stage_hbm: tuple[float, ...] | None = None
+    zero_stage: int = 2
+    recompute: str = "none"
+    optimizer_bytes: int = 12
 
     def __post_init__(self):
         check_number("training.global_batch", self.global_batch, minimum=1, integer=True)
+        if self.zero_stage not in ZERO_STAGES or isinstance(self.zero_stage, bool):
+            raise ValueError(f"training.zero_stage: must be one of {', '.join(map(str, ZERO_STAGES))}, "
+                             f"got {self.zero_stage!r}")
+        if self.recompute not in RECOMPUTE:
+            raise ValueError(f"training.recompute: must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
+        check_number("training.optimizer_bytes", self.optimizer_bytes, integer=True)
+        check_number("training.grad_bytes", self.grad_bytes, minimum=1, integer=True)
         if self.tokens is not None:
             check_number("training.tokens", self.tokens, strict=True)
         if self.steps is not None:
@@ -254,46 +376,132 @@ class Training:
         """float64[pp]: each pipeline stage's memory per GPU (``stage_hbm``, else ``hbm``)."""
         return np.array(self.stage_hbm or (self.hbm,) * self.parallelism.pp, np.float64)
 
-    def _rank_params(self) -> list[float]:
-        """Parameters per GPU of each pipeline rank: its layers (and embeddings on the first and last
-        stage) over TP, MoE experts also over EP."""
-        par, model = self.parallelism, self.model
-        p = par.pp
-        stage_layers = np.array([len(a) for a in np.array_split(np.arange(model.layers), p * par.virtual_stages)])
-        expert = model.experts * 3 * model.hidden * model.expert_ffn
-        per_layer = (model.layer_params - expert) / par.tp + expert / (par.tp * par.ep)
-        embedding = model.vocab * model.hidden / par.tp
-        return [stage_layers[s::p].sum() * per_layer + embedding * ((s == 0) + (s == p - 1)) for s in range(p)]
+    @property
+    def recomputes(self) -> bool:
+        return self.recompute == "full"
+
+    def stage_layout(self) -> tuple[np.ndarray, np.ndarray]:
+        """(layers, MoE layers): int64[V] of each virtual stage (V = pp x virtual_stages), the model's
+        layers in order, its first ``dense_layers`` dense."""
+        par = self.parallelism
+        layers = stage_layers(self.model.layers, par.pp * par.virtual_stages)
+        first = np.concatenate([[0], np.cumsum(layers)[:-1]])
+        moe = np.array([int(self.model.is_moe(np.arange(a, a + n)).sum()) for a, n in zip(first, layers)], np.int64)
+        return layers, moe
+
+    def stage_params(self) -> tuple[np.ndarray, np.ndarray]:
+        """(dense, expert): float64[V] parameters one GPU holds of each virtual stage. Dense ones
+        (attention, dense MLPs, shared experts, router, and the embedding and output head on the
+        first and last stage) are sharded over TP, routed experts over TP x EP (expert tensor
+        parallelism = TP, Megatron-Core's default)."""
+        par, m = self.parallelism, self.model
+        layers, moe = self.stage_layout()
+        V = layers.size
+        (d_dense, _), (d_moe, e_moe) = m.layer_parts(False), m.layer_parts(True)
+        ends = (np.arange(V) == 0).astype(np.int64) + (np.arange(V) == V - 1)
+        dense = (layers - moe) * d_dense + moe * d_moe + ends * m.vocab * m.hidden
+        return dense / par.tp, moe * e_moe / (par.tp * par.ep)
+
+    @property
+    def expert_dp(self) -> int:
+        """Ranks of an expert-data-parallel group: those holding the same expert shard (DP x CP / EP)."""
+        par = self.parallelism
+        return par.dp * par.cp // par.ep
+
+    def dp_gradients(self) -> tuple[np.ndarray, np.ndarray]:
+        """(dense, expert): float64[V] gradient bytes one GPU reduces per virtual stage, dense ones over
+        its DP x CP group, expert ones over its expert-data-parallel group (``expert_dp`` ranks)."""
+        dense, expert = self.stage_params()
+        return dense * self.grad_bytes, expert * self.grad_bytes
+
+    def layer_traffic(self) -> dict[str, float]:
+        """Per-layer collective kind -> bytes per rank of one call (nccl-tests' size: all-gather
+        output, reduce-scatter input, all-to-all send buffer), for one micro-batch; only the kinds
+        the job runs. ``tp_*``: the activation around attention and a dense MLP (or shared experts);
+        ``cp_*``: K and V; ``ep_all_to_all``: a MoE layer's dispatch or combine, the rank's
+        b x s / (cp x tp) tokens x top_k x capacity_factor x hidden (the 1/ep that stays on the rank
+        crosses no link); ``etp_*``: the routed tokens gathered over TP for the expert matmuls and
+        reduce-scattered back (Megatron-Core's all-to-all dispatcher)."""
+        par, m = self.parallelism, self.model
+        b, h, dt = self.micro_batch, m.hidden, m.dtype_bytes
+        seq = m.seq_len // par.cp
+        slots = m.top_k * m.capacity_factor
+        out = {}
+        if par.tp > 1:
+            out["tp_all_gather"] = out["tp_reduce_scatter"] = float(b * seq * h * dt)
+        if par.cp > 1:
+            out["cp_all_gather"] = out["cp_reduce_scatter"] = float(b * m.seq_len * m.kv_width * dt / par.tp)
+        if m.moe_layers and par.ep > 1:
+            out["ep_all_to_all"] = float(b * seq / par.tp * slots * h * dt)
+        if m.moe_layers and par.tp > 1:
+            out["etp_all_gather"] = out["etp_reduce_scatter"] = float(b * seq * slots * h * dt)
+        return out
+
+    def layer_calls(self, moe: bool, backward: bool = False) -> dict[str, int]:
+        """Calls of each per-layer kind (``layer_traffic``) in one layer's forward pass, or its backward
+        pass (a MoE layer if ``moe``): TP all-gathers and reduce-scatters around attention and a dense
+        MLP or shared experts (an all-gather's gradient is a reduce-scatter and back, so the backward
+        makes as many), the CP all-gather of K and V forward and reduce-scatter of their gradients
+        backward, a MoE layer's dispatch and combine all-to-alls and expert-TP gather and scatter."""
+        tp = 1 + (not moe or self.model.shared_experts > 0)
+        calls = {"tp_all_gather": tp, "tp_reduce_scatter": tp, "cp_all_gather": int(not backward),
+                 "cp_reduce_scatter": int(backward), "ep_all_to_all": 2 * moe, "etp_all_gather": int(moe),
+                 "etp_reduce_scatter": int(moe)}
+        return {k: calls[k] for k in self.layer_traffic() if calls[k]}
+
+    def _rank_state(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(dense, expert, gradients, optimizer): float64[pp] per pipeline rank, the parameters one GPU
+        holds (a rank holds every ``pp``-th virtual stage) and the bytes of its gradients and optimizer
+        state after ``zero_stage`` sharding (dense over DP x CP, experts over their expert-DP group)."""
+        p = self.parallelism.pp
+        dense, expert = self.stage_params()
+        d = np.array([dense[s::p].sum() for s in range(p)])
+        e = np.array([expert[s::p].sum() for s in range(p)])
+        sharded = d / (self.parallelism.dp * self.parallelism.cp) + e / self.expert_dp
+        grads = self.grad_bytes * (sharded if self.zero_stage >= 2 else d + e)
+        optimizer = self.optimizer_bytes * (sharded if self.zero_stage >= 1 else d + e)
+        return d, e, grads, optimizer
 
     def static_memory(self) -> np.ndarray:
         """float64[pp]: weights, gradients and optimizer state per GPU of each pipeline rank (bytes;
         ``memory`` gives the parts of the fullest one)."""
-        par = self.parallelism
-        return np.array([n * self.model.dtype_bytes + n * self.grad_bytes + 12 * n / (par.dp * par.cp)
-                         for n in self._rank_params()], np.float64)
+        d, e, grads, optimizer = self._rank_state()
+        return (d + e) * self.model.dtype_bytes + grads + optimizer
 
     def memory(self) -> dict[str, float]:
         """Estimated bytes per GPU (docs/sources.md, "Memory per GPU"): the static state of the pipeline
         rank with the most parameters and the activations of the first rank, which holds the most.
 
-        ``weights`` (``dtype_bytes`` per parameter) and ``gradients`` (``grad_bytes``) of the rank's
-        layers (and embeddings on the first and last stage) over TP, MoE experts also over EP;
-        ``optimizer``: Adam's fp32 master weights and two moments (12 bytes per parameter) sharded
-        over DP x CP (a distributed optimizer); ``activations``: the micro-batches the 1F1B schedule
-        holds in flight on its first rank, 34 x s x b x h / (tp x cp) bytes per layer each (tensor and
-        sequence parallelism with selective recomputation).
+        ``weights``: ``dtype_bytes`` per parameter of the rank's layers (and embedding and output head
+        on the first and last stage), dense ones over TP, routed experts over TP x EP, never sharded
+        over DP (ZeRO-3 is not modelled); ``gradients``: ``grad_bytes`` per parameter, over the DP
+        group too with ``zero_stage`` 2; ``optimizer``: ``optimizer_bytes`` per parameter, over the
+        DP group with ``zero_stage`` >= 1 (the DP group: DP x CP ranks for dense parameters, DP x CP /
+        EP for experts); ``activations``: the chunks the (interleaved) 1F1B schedule holds in flight on
+        its first rank, each its layers' ``Model.activation_bytes_per_token`` x b x s / cp, or with
+        full recomputation each layer's input (b x s x h / (tp x cp) elements) plus the activations of
+        the one layer being recomputed.
         """
         par, model = self.parallelism, self.model
         p, v = par.pp, par.virtual_stages
-        V = p * v
-        stage_layers = np.array([len(a) for a in np.array_split(np.arange(model.layers), V)])
-        fullest = max(self._rank_params())
+        d, e, grads, optimizer = self._rank_state()
+        fullest = int(np.argmax(d + e))
+        d, e, grads = d[fullest], e[fullest], grads[fullest]
+        optimizer = optimizer[fullest]
+
+        layers, moe = self.stage_layout()
+        tokens = self.micro_batch * model.seq_len / par.cp
+        per_layer = {flag: model.activation_bytes_per_token(flag, par.tp) * tokens for flag in (False, True)}
+        kept = [((layers[k] - moe[k]) * per_layer[False] + moe[k] * per_layer[True]) for k in range(0, p * v, p)]
+        if self.recomputes:
+            kept = [layers[k] * tokens * model.hidden * model.dtype_bytes / par.tp for k in range(0, p * v, p)]
         in_flight = min(self.micro_batches * v, (p - 1) * 2 + (v - 1) * p + 1 if v > 1 else p)  # chunks, rank 0
-        layers_per_chunk = stage_layers[0::p].sum() / v
-        activation = 34 * model.seq_len * self.micro_batch * model.hidden / (par.tp * par.cp) * model.dtype_bytes / 2
-        return {"weights": fullest * model.dtype_bytes, "gradients": fullest * self.grad_bytes,
-                "optimizer": 12 * fullest / (par.dp * par.cp),
-                "activations": in_flight * layers_per_chunk * activation}
+        activations = in_flight * float(np.mean(kept))
+        if self.recomputes:  # the layer being recomputed holds all its activations meanwhile
+            activations += max(per_layer[True] if model.moe_layers else 0.0,
+                               per_layer[False] if model.layers > model.moe_layers else 0.0)
+        return {"weights": float((d + e) * model.dtype_bytes), "gradients": float(grads),
+                "optimizer": float(optimizer), "activations": float(activations)}
 
     def job_ranks(self, num_gpus: int) -> np.ndarray:
         """The job's GPU ranks, checked against the parallelism and a fabric of ``num_gpus`` GPUs."""
@@ -338,12 +546,24 @@ def mixtral_8x22b() -> Model:
                  seq_len=8_192, experts=8, top_k=2)
 
 
+def deepseek_v3() -> Model:
+    """DeepSeek-V3 (docs/sources.md, "DeepSeek-V3"): 61 layers, hidden 7,168, the first 3 dense (FFN
+    18,432), then 1 shared + 256 routed experts of 2,048, top-8; MLA with 128 heads of 128 (+ 64
+    rotary), KV latent 512, query latent 1,536; vocabulary 129,280; 4K sequences in pre-training.
+    671B parameters, 37B activated per token (the multi-token-prediction module is not counted)."""
+    return Model("deepseek-v3", layers=61, hidden=7168, ffn_hidden=18_432, heads=128, kv_heads=128, vocab=129_280,
+                 seq_len=4096, experts=256, top_k=8, moe_ffn_hidden=2048, shared_experts=1, dense_layers=3,
+                 head_dim=128, kv_lora_rank=512, q_lora_rank=1536, rope_head_dim=64)
+
+
 def llama3_405b_training(*, efficiency: float = 0.6, virtual_stages: int = 4) -> Training:
     """Llama 3 405B on 16,384 GPUs, TP8 x PP16 x DP128, 16M tokens (2,048 sequences of 8,192) per step.
 
     Assumed where the public figures are silent: H100 BF16 peak 989 TFLOP/s, matmul efficiency 0.6,
     an interleaved 1F1B schedule with 4 model chunks per pipeline rank, micro-batch 1 (16 micro-batches
     per replica), bf16 gradients reduced with a ring all-reduce overlapped with the backward pass.
+    Memory as the Llama 3 paper states it (Sec. 3.3.2, the defaults): optimizer state and gradients
+    sharded over DP (``zero_stage`` 2), no activation recomputation at 8K: about 75.5 GB per GPU.
     """
     return Training(llama3_405b(), Parallelism(tp=8, pp=16, dp=128, virtual_stages=virtual_stages),
                     global_batch=2048, micro_batch=1, efficiency=efficiency, name="llama3-405b")
