@@ -76,6 +76,13 @@ def fleet_result(model, fleet) -> dict:
                       "by_domain_s": _floats(r.by_domain), "collectives": collectives,
                       "memory_per_gpu_bytes": _floats(plans[name].job.memory()),
                       "hbm_bytes": float(plans[name].job.hbm)}
+    recs = {plan.job.name: plan for plan in getattr(model, "recommendation", ())}
+    for name, r in fleet.recommendation.items():  # DLRM-class jobs: the iteration and its parts
+        collectives = {kind: {**{_COLLECTIVE_KEYS[k]: (int if k == "ranks" else float)(v) for k, v in figures.items()},
+                              "domain": recs[name].domains[kind]} for kind, figures in r.collectives.items()}
+        jobs[name] = {"kind": "recommendation", "step_time_s": float(r.step_time), "breakdown_s": _floats(r.breakdown),
+                      "by_domain_s": _floats(r.by_domain), "collectives": collectives,
+                      "embedding_bytes_per_gpu": recs[name].job.embedding_bytes()}
     slowest = fleet.critical()
     return {"scenario": model.scenario.name, "units": UNITS,
             "step_time_s": jobs[slowest]["step_time_s"] if slowest else None,
