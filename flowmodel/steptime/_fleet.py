@@ -46,7 +46,8 @@ def constant_load(router: Router, inference=(), background=(), *, policy: str = 
 class FleetResult:
     """Every training job's step, every recommendation job's iteration (``recommendation``), every
     inference service's KV transfer time (s), and the coupling: the most sweeps a coupled group took
-    (``iterations``; 0 when no jobs share a link), the last sweep's largest relative change (``change``), ``converged`` when it is within ``Options.fleet_tol``."""
+    (``iterations``; 0 when no jobs share a link), the last sweep's largest relative change
+    (``change``), ``converged`` when it is within ``Options.fleet_tol``."""
 
     steps: dict[str, StepResult]
     kv_transfer_s: dict[str, object]
