@@ -38,7 +38,7 @@ from ._comm import (
     route_phase,
     smooth_phase_finish,
 )
-from ._training import StepResult, _bound
+from ._training import StepResult, phase_bound
 
 KINDS = ("all_to_all_forward", "all_to_all_backward", "dense_all_reduce")
 
@@ -158,10 +158,10 @@ def iteration_time(plan: RecommendationPlan, network: Network, options: Options 
     report = {}
     for kind, (collective, size, n) in plan.sizes.items():
         if kind == "all_to_all_forward":
-            bound = _bound(phases["forward"], capacity, latency, options.step_latency)
+            bound = phase_bound(phases["forward"], capacity, latency, options.step_latency)
         else:
             k = 0 if kind == "all_to_all_backward" else 1
-            bound = _bound(phases["backward"], capacity, latency, options.step_latency,
+            bound = phase_bound(phases["backward"], capacity, latency, options.step_latency,
                            sub_mask=plan.backward_collective[phases["backward"].sub.parent] == k,
                            steps=int(plan.backward_steps[k]))
         time = times[kind]
