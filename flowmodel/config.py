@@ -203,7 +203,7 @@ def _scenario(read: Read) -> Scenario:
     training, inference = tuple(wl["training"] or ()), tuple(wl["inference"] or ())
     recommendation = tuple(wl["recommendation"] or ())
     if not training and not inference and not recommendation:
-        _fail("workloads", "needs at least one training job, recommendation job or inference service")
+        _fail("workloads", "needs at least one training job or inference service (or a recommendation job)")
     total = fab["fleet"].num_gpus
     for key, jobs in (("training", training), ("recommendation", recommendation)):
         for i, job in enumerate(jobs):
