@@ -256,7 +256,8 @@ class Scenario:
         for key in ("training", "inference", "background", "recommendation"):
             object.__setattr__(self, key, tuple(getattr(self, key)))
         if not self.training and not self.inference and not self.recommendation:
-            raise ValueError("workloads: needs at least one training job or inference service (or a recommendation job)")
+            raise ValueError("workloads: needs at least one training job or inference service "
+                             "(or a recommendation job)")
         if self.reliability is not None and all(job.training_steps is None for job in self.training):
             raise ValueError("workloads.training: the reliability section needs a training job with tokens or steps")
         if self.optimize is not None and self.optimize.routing == "wcmp" and self.routing.policy != "wcmp":
