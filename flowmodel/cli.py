@@ -59,10 +59,11 @@ def _table(breakdown: dict[str, float], title: str) -> None:
     from .plots import COMPONENT_COLOURS
 
     total = sum(breakdown.values()) or 1.0
+    width = max([12, *map(len, breakdown)])
     print(f"\n{title}")
     for name in sorted(breakdown, key=lambda k: list(COMPONENT_COLOURS).index(k) if k in COMPONENT_COLOURS else 99):
         if breakdown[name] != 0:
-            print(f"  {name:<12} {breakdown[name]:>10.4f} s  {breakdown[name] / total:>6.1%}")
+            print(f"  {name:<{width}} {breakdown[name]:>10.4f} s  {breakdown[name] / total:>6.1%}")
 
 
 def fleet_result(model, fleet) -> dict:
@@ -194,7 +195,8 @@ def _prepare(scenario, quiet: bool, gradients: bool = False):
     model = prepare(scenario, progress=_say(quiet))
     if not quiet:
         print(f"{scenario.name}: {scenario.fleet.num_gpus} GPUs, {model.info.num_links} links, "
-              f"{len(model.plans)} training job(s)", flush=True)
+              f"{len(model.plans)} training job(s)"
+              + (f", {len(model.recommendation)} recommendation job(s)" if model.recommendation else ""), flush=True)
     return model
 
 
