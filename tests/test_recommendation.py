@@ -146,9 +146,9 @@ def test_bad_recommendation_inputs_name_the_key_path():
     with pytest.raises(ValueError, match=r"recommendation\.gpus: 16 GPUs, but the fabric has 8"):
         tr.Recommendation(**{**base, "gpus": 16, "tables": 16}).job_ranks(8)
     overlap = {**data, "workloads": {"recommendation": [base], "training": [
-        {"name": "llm", "model": {"name": "m", "layers": 2, "hidden": 512, "ffn_hidden": 2048, "heads": 8, "kv_heads": 8,
-                                  "vocab": 1000, "seq_len": 512}, "parallelism": {"dp": 4}, "global_batch": 4,
-         "first_rank": 2}]}}
+        {"name": "llm", "model": {"name": "m", "layers": 2, "hidden": 512, "ffn_hidden": 2048, "heads": 8,
+                                  "kv_heads": 8, "vocab": 1000, "seq_len": 512},
+         "parallelism": {"dp": 4}, "global_batch": 4, "first_rank": 2}]}}
     with pytest.raises(ValueError, match=r"GPU rank 2 belongs to both 'llm' and 'rec'"):
         sc.prepare(config.parse(overlap))
 
