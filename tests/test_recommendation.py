@@ -123,12 +123,15 @@ def test_run_json_reports_the_iteration_in_parts(tmp_path):
             "workloads": {"recommendation": [{**{k: v for k, v in JOB.items() if k != "hbm_bandwidth"},
                                              "hbm_bandwidth": "2TB/s", "dense_params": 1e6}]}}
     scenario = config.parse(data)
-    result = cli.cmd_run(scenario, str(tmp_path), quiet=True)
+    result = cli.cmd_run(scenario, str(tmp_path), quiet=True, links=True)
     job = result["jobs"]["rec"]
     assert job["kind"] == "recommendation" and result["critical_job"] == "rec"
     assert set(job["breakdown_s"]) == {"compute", "all_to_all_forward", "all_to_all_backward", "all_reduce"}
     assert job["collectives"]["all_to_all_forward"]["bytes"] == A2A_SIZE
     assert sum(job["breakdown_s"].values()) == pytest.approx(job["step_time_s"])
+    view = sc.prepare(scenario).links()  # the link view replays both phases of the iteration
+    assert sorted({(p.workload, p.phase) for p in view.phases}) == [("rec", "backward"), ("rec", "forward")]
+    assert result["links"]
 
 
 def test_bad_recommendation_inputs_name_the_key_path():

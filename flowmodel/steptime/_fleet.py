@@ -25,7 +25,7 @@ from ..fabric import FabricInfo, Network
 from ..routing import Router
 from ._comm import EXACT, Options, RoutedPhase, background_load, phase_time, residual_capacity
 from ._recommendation import RecommendationPlan, iteration_time, recommendation_bytes, recommendation_phases
-from ._training import StepResult, TrainingPlan, routed_phases, step_bytes, step_time
+from ._training import StepResult, TrainingPlan, calls_per_step, routed_phases, step_bytes, step_time
 
 
 def constant_load(router: Router, inference=(), background=(), *, policy: str = "ecmp", seed: int = 0,
@@ -100,15 +100,21 @@ def job_logits(logits, j: int):
     return own or None
 
 
-def _phases(plan) -> dict[str, RoutedPhase]:
-    """The routed phases of a training or recommendation plan."""
+def plan_phases(plan) -> dict[str, RoutedPhase]:
+    """The routed phases of a training plan (``routed_phases``) or a recommendation plan (``forward``;
+    ``backward``: its all-to-all and the dense all-reduce together)."""
     return recommendation_phases(plan) if isinstance(plan, RecommendationPlan) else routed_phases(plan)
+
+
+def plan_calls(plan, name: str) -> float:
+    """How many times a step (an iteration) runs the plan's named phase."""
+    return 1.0 if isinstance(plan, RecommendationPlan) else calls_per_step(plan, name)
 
 
 def plan_links(plan: TrainingPlan | RecommendationPlan) -> np.ndarray:
     """int64[] every link the plan's routed phases can use (WCMP: every candidate path's links)."""
     parts = [np.zeros(0, np.int64)]
-    for ph in _phases(plan).values():
+    for ph in plan_phases(plan).values():
         if ph.sub is not None:
             parts.append(np.asarray(ph.sub.routes).ravel())
         if ph.candidates is not None:
