@@ -59,10 +59,11 @@ def _table(breakdown: dict[str, float], title: str) -> None:
     from .plots import COMPONENT_COLOURS
 
     total = sum(breakdown.values()) or 1.0
+    width = max([12, *map(len, breakdown)])
     print(f"\n{title}")
     for name in sorted(breakdown, key=lambda k: list(COMPONENT_COLOURS).index(k) if k in COMPONENT_COLOURS else 99):
         if breakdown[name] != 0:
-            print(f"  {name:<12} {breakdown[name]:>10.4f} s  {breakdown[name] / total:>6.1%}")
+            print(f"  {name:<{width}} {breakdown[name]:>10.4f} s  {breakdown[name] / total:>6.1%}")
 
 
 def fleet_result(model, fleet) -> dict:
@@ -76,6 +77,13 @@ def fleet_result(model, fleet) -> dict:
                       "by_domain_s": _floats(r.by_domain), "collectives": collectives,
                       "memory_per_gpu_bytes": _floats(plans[name].job.memory()),
                       "hbm_bytes": float(plans[name].job.hbm)}
+    recs = {plan.job.name: plan for plan in getattr(model, "recommendation", ())}
+    for name, r in fleet.recommendation.items():  # DLRM-class jobs: the iteration and its parts
+        collectives = {kind: {**{_COLLECTIVE_KEYS[k]: (int if k == "ranks" else float)(v) for k, v in figures.items()},
+                              "domain": recs[name].domains[kind]} for kind, figures in r.collectives.items()}
+        jobs[name] = {"kind": "recommendation", "step_time_s": float(r.step_time), "breakdown_s": _floats(r.breakdown),
+                      "by_domain_s": _floats(r.by_domain), "collectives": collectives,
+                      "embedding_bytes_per_gpu": recs[name].job.embedding_bytes()}
     slowest = fleet.critical()
     return {"scenario": model.scenario.name, "units": UNITS,
             "step_time_s": jobs[slowest]["step_time_s"] if slowest else None,
@@ -187,7 +195,8 @@ def _prepare(scenario, quiet: bool, gradients: bool = False):
     model = prepare(scenario, progress=_say(quiet))
     if not quiet:
         print(f"{scenario.name}: {scenario.fleet.num_gpus} GPUs, {model.info.num_links} links, "
-              f"{len(model.plans)} training job(s)", flush=True)
+              f"{len(model.plans)} training job(s)"
+              + (f", {len(model.recommendation)} recommendation job(s)" if model.recommendation else ""), flush=True)
     return model
 
 

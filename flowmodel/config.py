@@ -54,7 +54,7 @@ from .fabric import Clos, Fleet, LongHaul, ScaleUp, Site, full_mesh, ring
 from .optimize import CostModel, Knob
 from .scenario import FailureSet, Routing, Scenario, Search, SweepGrid, is_link_group
 from .steptime import CABLES, SWITCHES, Component, Congestion, Options, Reliability
-from .traffic import Background, Inference, Model, Parallelism, Training
+from .traffic import Background, Inference, Model, Parallelism, Recommendation, Training
 
 
 class ConfigError(ValueError):
@@ -204,6 +204,14 @@ def _accelerator(read: Read) -> hardware.Accelerator:
     return _make(hardware.Accelerator, fields, where)
 
 
+def _recommendation(read: Read) -> Recommendation:
+    first, gpus = read.values["first_rank"], read.values["gpus"]
+    ranks = tuple(range(first, first + gpus)) if isinstance(gpus, int) and gpus >= 1 and first >= 0 else None
+    if first < 0:
+        _fail(f"{read.where}.first_rank", f"must be >= 0, got {first}")
+    return _make(Recommendation, dict(RECOMMENDATION.fields(read.values), ranks=ranks), read.where)
+
+
 def _instances(read: Read) -> tuple[tuple[int, ...], ...]:
     first, count, tp = read.values["first_rank"], read.values["instances"], read.values["tp"]
     if count < 1 or tp < 1:
@@ -240,15 +248,17 @@ def _scenario(read: Read) -> Scenario:
     fab, wl = read.values["fabric"], read.values["workloads"]
     training = tuple(_training(job, fab["fleet"]) for job in wl["training"] or ())
     inference = tuple(wl["inference"] or ())
-    if not training and not inference:
-        _fail("workloads", "needs at least one training job or inference service")
+    recommendation = tuple(wl["recommendation"] or ())
+    if not training and not inference and not recommendation:
+        _fail("workloads", "needs at least one training job or inference service (or a recommendation job)")
     total = fab["fleet"].num_gpus
-    for i, job in enumerate(training):
-        if max(job.ranks) >= total:
-            _fail(f"workloads.training[{i}]", f"needs GPUs {min(job.ranks)}..{max(job.ranks)}, the fabric has {total}")
+    for key, jobs in (("training", training), ("recommendation", recommendation)):
+        for i, job in enumerate(jobs):
+            if max(job.ranks) >= total:
+                _fail(f"workloads.{key}[{i}]", f"needs GPUs {min(job.ranks)}..{max(job.ranks)}, the fabric has {total}")
     return _make(Scenario, dict(SCENARIO.fields(read.values), fleet=fab["fleet"], routing=fab["routing"],
-                                training=training, inference=inference, background=tuple(wl["background"] or ())),
-                 read.where)
+                                training=training, inference=inference, background=tuple(wl["background"] or ()),
+                                recommendation=recommendation), read.where)
 
 
 SCALE_UP = Section({
@@ -401,10 +411,29 @@ BACKGROUND = Section({
     "dst": Key("ints", "destination GPU ranks, one per flow"),
     "rate": Key("bandwidth", "constant rate of each flow"),
 }, target=Background, convert=_background)
+RECOMMENDATION = Section({
+    "name": Key("str", "unique workload name"),
+    "gpus": Key("int", "GPUs of the job, on consecutive ranks from first_rank"),
+    "first_rank": Key("int", "the job's first GPU rank", 0, None),
+    "tables": Key("int", "embedding tables, sharded table-wise: a multiple of gpus"),
+    "rows": Key("int", "rows per table"),
+    "dim": Key("int", "embedding width"),
+    "element_bytes": Key("int", "bytes per embedding element (pooled vectors and their gradients)"),
+    "pooling": Key("float", "lookups per sample per table, pooled into one vector; > 0"),
+    "batch_per_gpu": Key("int", "samples per GPU per iteration"),
+    "dense_params": Key("float", "parameters of the bottom and top MLPs (data parallel; write 2.5e+7)"),
+    "grad_bytes": Key("int", "bytes per dense gradient element in the all-reduce"),
+    "peak_flops": Key("float", "per-GPU dense peak, FLOP/s (the default: H100 SXM BF16)"),
+    "efficiency": Key("float", "fraction of peak_flops the MLPs reach, in (0, 1]"),
+    "hbm_bandwidth": Key("bandwidth", "the rate of embedding lookups and updates (the default: H100 SXM)"),
+    "algorithm": Key("str", "all-reduce algorithm of the dense gradients: `ring` or `tree`"),
+}, target=Recommendation, convert=_recommendation)
 WORKLOADS = Section({
     "training": Key([TRAINING], "training jobs (the step time is the slowest job's)", None),
     "inference": Key([INFERENCE], "disaggregated inference services (constant load + KV transfer time)", None),
     "background": Key([BACKGROUND], "constant-rate traffic classes (storage, agentic, telemetry)", None),
+    "recommendation": Key([RECOMMENDATION], "DLRM-class training jobs: embedding all-to-alls and the dense "
+                                            "all-reduce on the fabric, per iteration", None),
 })
 OPTIONS = Section({  # YAML `model` -> Options; window and the queue shape -> Options.congestion
     "sharpness": Key("float", "sharpness of the smooth rates the optimizer searches with"),

@@ -418,6 +418,9 @@ def _bound(ph: RoutedPhase, capacity, latency, step_latency, *, sub_mask=None, s
     return scheduled_bound(routes, sizes, capacity) + steps * (hop + step_latency)
 
 
+phase_bound = _bound  # the name other step models (recommendation) import
+
+
 def _max_all(values):
     values = list(values)
     out = values[0]
