@@ -11,7 +11,8 @@ Public kernels (``flowmodel.kernels``; units are SI: bytes, seconds, bytes/s):
   window_limited_rate, queueing_delay, scheduled_bound, soft_max, route_latency, rtt_weights, link_bytes
                         congestion and latency models (kernels/congestion.py)
   Transport, transport_profile   transport profiles for completion_times (fitted against ns-3)
-Submodules, in the order data flows: fabric (scale-up / Clos / scale-across builders, compilation, link
+Submodules, in the order data flows: hardware (accelerator presets: peak FLOP/s by dtype, HBM, scale-up
+domain and NICs, with sources), fabric (scale-up / Clos / scale-across builders, compilation, link
 groups, failures, ASTRA-sim import), routing (candidate paths, ECMP / spray / QP scaling / WCMP),
 traffic (collectives, models, parallelism, Chakra execution traces), steptime (phase times, pipeline
 schedules, training steps, several workloads, Chakra traces run on a fabric), optimize (min-MLU splits,
@@ -26,6 +27,7 @@ peers.ns3 (packet-level TCP).
 
 from . import config as config
 from . import fabric as fabric
+from . import hardware as hardware
 from . import kernels as kernels
 from . import links as links
 from . import optimize as optimize

@@ -59,10 +59,11 @@ def _table(breakdown: dict[str, float], title: str) -> None:
     from .plots import COMPONENT_COLOURS
 
     total = sum(breakdown.values()) or 1.0
+    width = max([12, *map(len, breakdown)])
     print(f"\n{title}")
     for name in sorted(breakdown, key=lambda k: list(COMPONENT_COLOURS).index(k) if k in COMPONENT_COLOURS else 99):
         if breakdown[name] != 0:
-            print(f"  {name:<12} {breakdown[name]:>10.4f} s  {breakdown[name] / total:>6.1%}")
+            print(f"  {name:<{width}} {breakdown[name]:>10.4f} s  {breakdown[name] / total:>6.1%}")
 
 
 def fleet_result(model, fleet) -> dict:
@@ -76,6 +77,13 @@ def fleet_result(model, fleet) -> dict:
                       "by_domain_s": _floats(r.by_domain), "collectives": collectives,
                       "memory_per_gpu_bytes": _floats(plans[name].job.memory()),
                       "hbm_bytes": float(plans[name].job.hbm)}
+    recs = {plan.job.name: plan for plan in getattr(model, "recommendation", ())}
+    for name, r in fleet.recommendation.items():  # DLRM-class jobs: the iteration and its parts
+        collectives = {kind: {**{_COLLECTIVE_KEYS[k]: (int if k == "ranks" else float)(v) for k, v in figures.items()},
+                              "domain": recs[name].domains[kind]} for kind, figures in r.collectives.items()}
+        jobs[name] = {"kind": "recommendation", "step_time_s": float(r.step_time), "breakdown_s": _floats(r.breakdown),
+                      "by_domain_s": _floats(r.by_domain), "collectives": collectives,
+                      "embedding_bytes_per_gpu": recs[name].job.embedding_bytes()}
     slowest = fleet.critical()
     return {"scenario": model.scenario.name, "units": UNITS,
             "step_time_s": jobs[slowest]["step_time_s"] if slowest else None,
@@ -92,7 +100,8 @@ def seeded_result(model, batch, seeds) -> dict:
     from . import seeds as sd
 
     result = fleet_result(model, sd.mean_fleet(batch))
-    per_seed = {name: np.asarray(r.step_time, np.float64) for name, r in batch.steps.items()}
+    per_seed = {name: np.asarray(r.step_time, np.float64) for name, r in {**batch.steps,
+                                                                          **batch.recommendation}.items()}
     for name, t in per_seed.items():
         result["jobs"][name].update(step_time_stats_s=sd.statistics(t), step_time_per_seed_s=t.tolist())
     head = {"statistic": sd.describe(model.scenario.routing, seeds), "routing_seeds": list(seeds)}
@@ -217,7 +226,8 @@ def _prepare(scenario, quiet: bool, gradients: bool = False, seeds: int = 1):
     model = prepare(scenario, progress=_say(quiet))
     if not quiet:
         print(f"{scenario.name}: {scenario.fleet.num_gpus} GPUs, {model.info.num_links} links, "
-              f"{len(model.plans)} training job(s)", flush=True)
+              f"{len(model.plans)} training job(s)"
+              + (f", {len(model.recommendation)} recommendation job(s)" if model.recommendation else ""), flush=True)
     return model
 
 

@@ -49,12 +49,12 @@ from typing import Any, NamedTuple
 
 import yaml
 
-from . import _units
+from . import _units, hardware, traffic
 from .fabric import Clos, Fleet, LongHaul, ScaleUp, Site, full_mesh, ring
 from .optimize import CostModel, Knob
 from .scenario import FailureSet, Routing, Scenario, Search, SweepGrid, is_link_group
 from .steptime import CABLES, SWITCHES, Component, Congestion, Options, Reliability
-from .traffic import Background, Inference, Model, Parallelism, Training, deepseek_v3, llama3_405b
+from .traffic import Background, Inference, Model, Parallelism, Recommendation, Training
 
 
 class ConfigError(ValueError):
@@ -128,10 +128,26 @@ class Section(dict):
         return out
 
 
+def _given(read: Read) -> Read:
+    """A section kept as read (values and the keys the file set) for its enclosing section to finish:
+    a site's scale_up and scale_out, whose unset keys its accelerator fills."""
+    return read
+
+
 def _sites(read: Read) -> list[Site]:
     values, where = read.values, read.where
     if values["copies"] < 1:
         _fail(f"{where}.copies", f"must be >= 1, got {values['copies']}")
+    acc, up, out = values["accelerator"], values["scale_up"], values["scale_out"]
+    if acc is not None:  # keys the site sets win; the rest come from its accelerator
+        if up is None:
+            up = _read({}, SCALE_UP, f"{where}.scale_up")
+        fill = {"size": acc.scale_up_size, "bandwidth": acc.scale_up_bandwidth, "topology": acc.scale_up_topology}
+        up = up._replace(values={**up.values, **{k: v for k, v in fill.items() if k not in up.given}})
+        if out is not None and "nic_bandwidth" not in out.given:
+            out = out._replace(values={**out.values, "nic_bandwidth": acc.nic_bandwidth})
+    values = dict(values, scale_up=None if up is None else _make(ScaleUp, SCALE_UP.fields(up.values), up.where),
+                  scale_out=None if out is None else _make(Clos, SCALE_OUT.fields(out.values), out.where))
     name, copies, fields = values["name"], values["copies"], SITE.fields(values)
     return [_make(Site, dict(fields, name=n), where) for n in ([name] if copies == 1 else
                                                                [f"{name}{c}" for c in range(copies)])]
@@ -153,9 +169,47 @@ def _fabric(read: Read) -> dict:
     return {"fleet": fleet, "routing": values["routing"]}
 
 
-def _training(read: Read) -> Training:
-    first, size = read.values["first_rank"], read.values["parallelism"].size
-    return _make(Training, dict(TRAINING.fields(read.values), ranks=tuple(range(first, first + size))), read.where)
+def _training(read: Read, fleet: Fleet) -> Training:
+    """A training job on ``fleet``: peak_flops and hbm it does not set come from the accelerators of the
+    sites it runs on, per pipeline stage (``hardware.stage_figures``)."""
+    values, given = read.values, read.given
+    first, size = values["first_rank"], values["parallelism"].size
+    fields = dict(TRAINING.fields(values), ranks=tuple(range(first, first + size)))
+    if not {"peak_flops", "hbm"} <= given:
+        try:
+            figures = hardware.stage_figures(fleet, values["parallelism"], fields["ranks"], values["model"].dtype_bytes,
+                                             peak_flops=fields["peak_flops"], hbm=fields["hbm"])
+        except ValueError as e:
+            _fail(read.where, str(e))
+        if figures is not None:
+            for key, per_stage in zip(("peak_flops", "hbm"), figures):
+                if key not in given:
+                    fields[f"stage_{key}"] = per_stage
+    return _make(Training, fields, read.where)
+
+
+def _accelerator(read: Read) -> hardware.Accelerator:
+    """A custom accelerator: the keys given, the rest from the preset named by ``like``."""
+    values, given, where = read.values, read.given, read.where
+    base = {}
+    if "like" in given:
+        like = _make(hardware.preset, dict(name=values["like"], where=f"{where}.like"), "")
+        base = {f.name: getattr(like, f.name) for f in dataclasses.fields(like) if f.name != "sources"}
+    fields = dict(base, **{k: values[k] for k in given if k != "like"})
+    fields.setdefault("name", "custom")
+    required = [f.name for f in dataclasses.fields(hardware.Accelerator) if f.default is dataclasses.MISSING]
+    missing = [k for k in required if k not in fields]
+    if missing:
+        _fail(f"{where}.{missing[0]}", f"is required (or start from a preset with like: {', '.join(hardware.PRESETS)})")
+    return _make(hardware.Accelerator, fields, where)
+
+
+def _recommendation(read: Read) -> Recommendation:
+    first, gpus = read.values["first_rank"], read.values["gpus"]
+    ranks = tuple(range(first, first + gpus)) if isinstance(gpus, int) and gpus >= 1 and first >= 0 else None
+    if first < 0:
+        _fail(f"{read.where}.first_rank", f"must be >= 0, got {first}")
+    return _make(Recommendation, dict(RECOMMENDATION.fields(read.values), ranks=ranks), read.where)
 
 
 def _instances(read: Read) -> tuple[tuple[int, ...], ...]:
@@ -192,16 +246,19 @@ def _by_name(read: Read) -> tuple:
 
 def _scenario(read: Read) -> Scenario:
     fab, wl = read.values["fabric"], read.values["workloads"]
-    training, inference = tuple(wl["training"] or ()), tuple(wl["inference"] or ())
-    if not training and not inference:
-        _fail("workloads", "needs at least one training job or inference service")
+    training = tuple(_training(job, fab["fleet"]) for job in wl["training"] or ())
+    inference = tuple(wl["inference"] or ())
+    recommendation = tuple(wl["recommendation"] or ())
+    if not training and not inference and not recommendation:
+        _fail("workloads", "needs at least one training job or inference service (or a recommendation job)")
     total = fab["fleet"].num_gpus
-    for i, job in enumerate(training):
-        if max(job.ranks) >= total:
-            _fail(f"workloads.training[{i}]", f"needs GPUs {min(job.ranks)}..{max(job.ranks)}, the fabric has {total}")
+    for key, jobs in (("training", training), ("recommendation", recommendation)):
+        for i, job in enumerate(jobs):
+            if max(job.ranks) >= total:
+                _fail(f"workloads.{key}[{i}]", f"needs GPUs {min(job.ranks)}..{max(job.ranks)}, the fabric has {total}")
     return _make(Scenario, dict(SCENARIO.fields(read.values), fleet=fab["fleet"], routing=fab["routing"],
-                                training=training, inference=inference, background=tuple(wl["background"] or ())),
-                 read.where)
+                                training=training, inference=inference, background=tuple(wl["background"] or ()),
+                                recommendation=recommendation), read.where)
 
 
 SCALE_UP = Section({
@@ -209,7 +266,7 @@ SCALE_UP = Section({
     "bandwidth": Key("bandwidth", "what each accelerator can send (and receive) inside its domain"),
     "latency": Key("time", "accelerator-to-accelerator latency inside the domain"),
     "topology": Key("str", "`switch` (NVSwitch-like) or `full_mesh` (each pair linked directly)"),
-}, target=ScaleUp)
+}, target=ScaleUp, convert=_given)
 SCALE_OUT = Section({
     "tiers": Key("int", "2 (leaf, spine) or 3 (leaf, spine, aggregation)"),
     "gpus_per_leaf": Key("int", "NIC ports (GPUs) per leaf switch"),
@@ -224,7 +281,7 @@ SCALE_OUT = Section({
     "latency": Key("time", "per scale-out link"),
     "rail_optimized": Key("bool", "GPU r of every scale-up domain goes to a leaf of rail r"),
     "radix": Key("int", "switch port count; every switch's ports must fit in it (unchecked when absent)"),
-}, target=Clos)
+}, target=Clos, convert=_given)
 SITE = Section({
     "name": Key("str", "unique site name; prefixes its nodes and link groups (`b0/spine_up`)"),
     "scale_up": Key(SCALE_UP, "the scale-up domains the site's GPUs are grouped into", None),
@@ -232,7 +289,26 @@ SITE = Section({
     "border_oversubscription": Key("float", "(top-tier capacity) / (capacity to the border router), used when "
                                             "long-haul links leave the site"),
     "copies": Key("int", "identical sites named `<name>0`, `<name>1`, ...", 1, None),
+    "accelerator": Key("accelerator", "the site's GPUs: a preset or a mapping (below); its scale_up (size, "
+                                      "bandwidth, topology; absent: the preset's domain) and scale_out.nic_bandwidth "
+                                      "default from it, and training jobs take peak_flops and hbm from it, per "
+                                      "pipeline stage, unless they set them"),
 }, target=Site, convert=_sites)
+ACCELERATOR = Section({
+    "like": Key("str", "a preset the keys not given are taken from", None, None),
+    "name": Key("str", "label", None, None),
+    "bf16_flops": Key("float", "peak dense BF16 FLOP/s per GPU", None, None),
+    "fp8_flops": Key("float", "peak dense FP8 FLOP/s per GPU (used when model.dtype_bytes is 1)", None, None),
+    "fp16_flops": Key("float", "peak dense FP16 FLOP/s per GPU", None, None),
+    "tf32_flops": Key("float", "peak dense TF32 FLOP/s per GPU (used when model.dtype_bytes is 4)", None, None),
+    "hbm": Key("size", "memory per GPU", None, None),
+    "hbm_bandwidth": Key("bandwidth", "peak memory bandwidth per GPU", None, None),
+    "scale_up_size": Key("int", "GPUs per scale-up domain", None, None),
+    "scale_up_bandwidth": Key("bandwidth", "what each GPU sends inside its domain, per direction", None, None),
+    "scale_up_topology": Key("str", "`switch` or `full_mesh`", None, None),
+    "nics_per_gpu": Key("int", "scale-out NICs per GPU", None, None),
+    "nic_speed": Key("bandwidth", "each NIC's speed (a site's nic_bandwidth: nics_per_gpu x nic_speed)", None, None),
+}, convert=_accelerator)
 LONG_HAUL = Section({
     "a": Key("str", "one site's name"),
     "b": Key("str", "the other site's name"),
@@ -304,8 +380,10 @@ TRAINING = Section({
     "global_batch": Key("int", "sequences per step; a multiple of dp x micro_batch"),
     "micro_batch": Key("int", "sequences per micro-batch"),
     "efficiency": Key("float", "fraction of peak_flops the matmuls reach, in (0, 1]"),
-    "peak_flops": Key("float", "per-GPU dense peak, FLOP/s (the default: H100 SXM BF16)"),
-    "hbm": Key("size", "memory per GPU; the job's estimated memory per GPU must fit (the default: H100 SXM)"),
+    "peak_flops": Key("float", "per-GPU dense peak, FLOP/s (default: each pipeline stage its sites' accelerator's, "
+                               "the slowest where a stage spans several; without one, H100 SXM BF16)"),
+    "hbm": Key("size", "memory per GPU; the job's estimated memory per GPU must fit (default: each pipeline stage "
+                       "its sites' accelerator's, the smallest; without one, H100 SXM)"),
     "grad_bytes": Key("int", "bytes per gradient element in the DP reduction"),
     "algorithm": Key("str", "all-reduce algorithm of the DP reduction: `ring` or `tree`"),
     "first_rank": Key("int", "the job's first GPU rank; it runs on the next tp x cp x pp x dp ranks", 0, None),
@@ -316,7 +394,7 @@ TRAINING = Section({
     "recompute": Key("str", "`none` (every layer keeps its activations) or `full` (a layer keeps its input and "
                             "reruns its forward, collectives included, in the backward pass)"),
     "optimizer_bytes": Key("int", "optimizer state per parameter (Adam: fp32 master weights and two moments)"),
-}, target=Training, convert=_training)
+}, target=Training, convert=_given)  # built by _scenario, on the fleet's accelerators (_training)
 INSTANCES = Section({
     "first_rank": Key("int", "first GPU rank of the first instance", REQUIRED),
     "instances": Key("int", "instances, on consecutive ranks", 1),
@@ -336,10 +414,29 @@ BACKGROUND = Section({
     "dst": Key("ints", "destination GPU ranks, one per flow"),
     "rate": Key("bandwidth", "constant rate of each flow"),
 }, target=Background, convert=_background)
+RECOMMENDATION = Section({
+    "name": Key("str", "unique workload name"),
+    "gpus": Key("int", "GPUs of the job, on consecutive ranks from first_rank"),
+    "first_rank": Key("int", "the job's first GPU rank", 0, None),
+    "tables": Key("int", "embedding tables, sharded table-wise: a multiple of gpus"),
+    "rows": Key("int", "rows per table"),
+    "dim": Key("int", "embedding width"),
+    "element_bytes": Key("int", "bytes per embedding element (pooled vectors and their gradients)"),
+    "pooling": Key("float", "lookups per sample per table, pooled into one vector; > 0"),
+    "batch_per_gpu": Key("int", "samples per GPU per iteration"),
+    "dense_params": Key("float", "parameters of the bottom and top MLPs (data parallel; write 2.5e+7)"),
+    "grad_bytes": Key("int", "bytes per dense gradient element in the all-reduce"),
+    "peak_flops": Key("float", "per-GPU dense peak, FLOP/s (the default: H100 SXM BF16)"),
+    "efficiency": Key("float", "fraction of peak_flops the MLPs reach, in (0, 1]"),
+    "hbm_bandwidth": Key("bandwidth", "the rate of embedding lookups and updates (the default: H100 SXM)"),
+    "algorithm": Key("str", "all-reduce algorithm of the dense gradients: `ring` or `tree`"),
+}, target=Recommendation, convert=_recommendation)
 WORKLOADS = Section({
     "training": Key([TRAINING], "training jobs (the step time is the slowest job's)", None),
     "inference": Key([INFERENCE], "disaggregated inference services (constant load + KV transfer time)", None),
     "background": Key([BACKGROUND], "constant-rate traffic classes (storage, agentic, telemetry)", None),
+    "recommendation": Key([RECOMMENDATION], "DLRM-class training jobs: embedding all-to-alls and the dense "
+                                            "all-reduce on the fabric, per iteration", None),
 })
 OPTIONS = Section({  # YAML `model` -> Options; window and the queue shape -> Options.congestion
     "sharpness": Key("float", "sharpness of the smooth rates the optimizer searches with"),
@@ -472,7 +569,8 @@ SCENARIO = Section({  # a new section: its declaration above, one key here, its 
                                     "(needs tokens or steps on a training job)"),
 }, target=Scenario, convert=_scenario)
 
-MODEL_PRESETS = {"llama3-405b": llama3_405b, "deepseek-v3": deepseek_v3}
+MODEL_PRESETS = {"llama3-8b": traffic.llama3_8b, "llama3-70b": traffic.llama3_70b, "llama3-405b": traffic.llama3_405b,
+                 "mixtral-8x22b": traffic.mixtral_8x22b, "deepseek-v3": traffic.deepseek_v3}
 
 
 def _fail(where: str, message: str):
@@ -537,6 +635,12 @@ def _scalar(kind: str, value, where: str):
         if not isinstance(value, dict):
             _fail(where, f"expected a mapping of tier -> price per Gbit/s, got {value!r}")
         return {str(k): _scalar("float", v, f"{where}.{k}") for k, v in value.items()}
+    if kind == "accelerator":
+        if isinstance(value, str):
+            if value not in hardware.PRESETS:
+                _fail(where, f"unknown accelerator preset {value!r}; known: {', '.join(hardware.PRESETS)}")
+            return hardware.PRESETS[value]
+        return _read(value, ACCELERATOR, where)
     if kind == "model":
         if isinstance(value, str):
             if value not in MODEL_PRESETS:
@@ -733,7 +837,8 @@ _KINDS = {"int": "integer", "float": "number", "bool": "true / false", "str": "s
           "knob": "ratio or bandwidth", "knobs": "list of ratios or bandwidths",
           "grid": "mapping: link group or config key path -> list of values", "prices": "mapping: tier -> number",
           "probabilities": "mapping: tier or switch kind -> number",
-          "model": "preset name or mapping (`model` below)"}
+          "model": "preset name or mapping (`model` below)",
+          "accelerator": "preset name or mapping (`accelerator` below)"}
 
 
 def _default(kind, default) -> str:
@@ -792,4 +897,9 @@ def reference() -> str:
     lines += ["## `workloads.training[i].model` (a model mapping, also `workloads.inference[i].model`)", "",
               "| key | type | default | meaning |", "|---|---|---|---|"]
     lines += [_row(key, _KINDS[k.kind], k) for key, k in MODEL.items()]
+    lines += ["", "## `fabric.sites[i].accelerator` (an accelerator mapping)", "",
+              "Presets (docs/sources.md, \"Accelerators\"): " + ", ".join(f"`{p}`" for p in hardware.PRESETS)
+              + ". A mapping gives every figure, or `like` a preset and the figures that differ.", "",
+              "| key | type | default | meaning |", "|---|---|---|---|"]
+    lines += [_row(key, _KINDS[k.kind], k) for key, k in ACCELERATOR.items()]
     return "\n".join(lines) + "\n"

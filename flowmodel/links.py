@@ -47,7 +47,7 @@ import numpy as np
 from ._checks import is_traced
 from .fabric import Tier
 from .kernels import completion_events, interval_loads
-from .steptime import calls_per_step, fluid_inputs, routed_phases
+from .steptime import fluid_inputs, plan_calls, plan_phases
 
 UNITS = {"_Bps": "bytes per second", "_bytes": "bytes", "_s": "seconds",
          "_util": "fraction of the link's capacity (1 = full)"}
@@ -295,29 +295,31 @@ def build(model, fleet, *, network=None, options=None, logits=None) -> LinkView:
     latency = network.latency
     fixed = np.asarray(model.fixed_load, np.float64)
     L = capacity.shape[0]
-    names = [plan.job.name for plan in model.plans]
-    if sorted(fleet.steps) != sorted(names):
-        raise ValueError(f"links: the evaluation has jobs {sorted(fleet.steps)}, the model {sorted(names)}")
-    times = {n: float(fleet.steps[n].step_time) for n in names}
+    plans = [*model.plans, *getattr(model, "recommendation", ())]  # recommendation jobs after the training jobs
+    steps = {**fleet.steps, **fleet.recommendation}
+    names = [plan.job.name for plan in plans]
+    if sorted(steps) != sorted(names):
+        raise ValueError(f"links: the evaluation has jobs {sorted(steps)}, the model {sorted(names)}")
+    times = {n: float(steps[n].step_time) for n in names}
     resolved = []
-    for j, plan in enumerate(model.plans):
-        phases = routed_phases(plan)
+    for j, plan in enumerate(plans):
+        phases = plan_phases(plan)
         for name, split in (job_logits(logits, j) or {}).items():
             phases[name] = phases[name].with_logits(split)
         resolved.append({n: rp for n, rp in phases.items() if rp.sub is not None})
-    per_step = [sum((calls_per_step(plan, n) * _per_link(rp.sub.routes, _sizes(rp), L)
-                     for n, rp in phases.items()), np.zeros(L)) for plan, phases in zip(model.plans, resolved)]
+    per_step = [sum((plan_calls(plan, n) * _per_link(rp.sub.routes, _sizes(rp), L)
+                     for n, rp in phases.items()), np.zeros(L)) for plan, phases in zip(plans, resolved)]
     mean_load = [per_step[j] / times[names[j]] for j in range(len(names))]
     out = []
     for group in model.groups:  # each job on the capacity its step was timed on
         for j in group:
             reserved = fixed + sum((mean_load[i] for i in group if i != j), np.zeros(L))
             left = capacity - reserved
-            dp_starts = np.asarray(fleet.steps[names[j]].dp_starts, np.float64)
-            plan = model.plans[j]
+            dp_starts = np.asarray(steps[names[j]].dp_starts, np.float64)
+            plan = plans[j]
             for name, rp in resolved[j].items():
                 starts = dp_starts[plan.dp_stage] if name == "dp" else None
-                out.append(replay_phase(names[j], name, rp, calls_per_step(plan, name), left, latency, options, starts))
+                out.append(replay_phase(names[j], name, rp, plan_calls(plan, name), left, latency, options, starts))
     left = capacity - fixed - sum(mean_load, np.zeros(L))  # a KV request on top of every workload's mean
     for name, rp in model.transfers:
         if rp.sub is not None:

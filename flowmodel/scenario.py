@@ -48,12 +48,13 @@ from .steptime import (
     constant_load,
     coupling_groups,
     evaluate_fleet,
+    plan_recommendation,
     plan_training,
     residual_capacity,
     route_phase,
     routed_phases,
 )
-from .traffic import Background, Inference, Training
+from .traffic import Background, Inference, Recommendation, Training
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,6 +250,7 @@ class Scenario:
     training: tuple[Training, ...] = ()
     inference: tuple[Inference, ...] = ()
     background: tuple[Background, ...] = ()
+    recommendation: tuple[Recommendation, ...] = ()
     options: Options = EXACT
     optimize: Search | None = None
     sweep: SweepGrid | None = None
@@ -256,10 +258,11 @@ class Scenario:
     reliability: Reliability | None = None
 
     def __post_init__(self):
-        for key in ("training", "inference", "background"):
+        for key in ("training", "inference", "background", "recommendation"):
             object.__setattr__(self, key, tuple(getattr(self, key)))
-        if not self.training and not self.inference:
-            raise ValueError("workloads: needs at least one training job or inference service")
+        if not self.training and not self.inference and not self.recommendation:
+            raise ValueError("workloads: needs at least one training job or inference service "
+                             "(or a recommendation job)")
         if self.reliability is not None and all(job.training_steps is None for job in self.training):
             raise ValueError("workloads.training: the reliability section needs a training job with tokens or steps")
         if self.optimize is not None and self.optimize.routing == "wcmp" and self.routing.policy != "wcmp":
@@ -278,7 +281,7 @@ class Scenario:
         out = []
         total = self.fleet.num_gpus
         busy = set()
-        for job in self.training:
+        for job in (*self.training, *self.recommendation):
             busy.update(job.job_ranks(total).tolist())
         for inf in self.inference:
             busy.update(r for instance in (*inf.prefill, *inf.decode) for r in instance)
@@ -320,7 +323,9 @@ class Model:
 
     Attributes:
       scenario: what it was prepared from; graph, network, info, router: the fabric as built,
-      compiled and routed; plans: one per training job still connected; lost: workload name -> why
+      compiled and routed; plans: one per training job still connected; recommendation: one
+      ``RecommendationPlan`` per recommendation job (coupled with the training jobs in ``groups``,
+      indices past ``plans``); lost: workload name -> why
       it could not be planned (only with ``prepare(..., drop_lost=True)``); fixed_load: float[L] bytes/s
       of inference and background traffic; transfers: (service name, routed KV transfer) pairs;
       groups: the jobs (indices into plans) coupled through shared links (``steptime.coupling_groups``).
@@ -333,10 +338,11 @@ class Model:
 
     def __init__(self, scenario: Scenario, graph: nx.DiGraph | None, network: Network, info: FabricInfo,
                  router: Router, plans: tuple[TrainingPlan, ...], fixed_load: np.ndarray,
-                 transfers: tuple[tuple[str, RoutedPhase], ...], lost: dict[str, str]):
+                 transfers: tuple[tuple[str, RoutedPhase], ...], lost: dict[str, str], recommendation: tuple = ()):
         self.scenario, self._graph, self.network, self.info, self.router = scenario, graph, network, info, router
         self.plans, self.fixed_load, self.transfers, self.lost = plans, fixed_load, transfers, lost
-        self.groups = coupling_groups(plans, network.num_links)
+        self.recommendation = tuple(recommendation)
+        self.groups = coupling_groups(tuple(plans) + self.recommendation, network.num_links)
         self._programs: dict[Options, Callable] = {}
 
     @property
@@ -353,7 +359,7 @@ class Model:
 
     def fleet(self, network: Network | None = None, options: Options | None = None, logits=None) -> FleetResult:
         """Every job's step and every service's KV transfer time on ``network`` (default: the scenario's)."""
-        return evaluate_fleet(list(self.plans), self.network if network is None else network,
+        return evaluate_fleet([*self.plans, *self.recommendation], self.network if network is None else network,
                               self.options if options is None else options, fixed_load=self.fixed_load,
                               transfers=self.transfers, info=self.info, logits=logits, groups=self.groups)
 
@@ -435,7 +441,8 @@ def prepare(scenario: Scenario, *, graph: nx.DiGraph | None = None, drop_lost: b
     say("build fabric")
     network, info = compile_table(build_table(scenario.fleet)) if graph is None else compile_fabric(graph)
     router = Router(info, max_paths=r.max_paths, site_paths=r.site_paths, seed=r.seed)
-    check_workloads(scenario.training, scenario.inference, scenario.background, num_gpus=info.num_gpus)
+    check_workloads(scenario.training + scenario.recommendation, scenario.inference, scenario.background,
+                    num_gpus=info.num_gpus)
     say("route workloads")
     plans, lost = [], {}
     for job in scenario.training:
@@ -446,6 +453,19 @@ def prepare(scenario: Scenario, *, graph: nx.DiGraph | None = None, drop_lost: b
             continue
         try:
             plans.append(plan_training(job, info, router, policy=r.policy, seed=r.seed, qps=r.qps))
+        except Unreachable as e:
+            if not drop_lost:
+                raise
+            lost[job.name] = str(e)
+    recommendation = []
+    for job in scenario.recommendation:
+        if (info.gpus[job.job_ranks(info.num_gpus)] < 0).any():
+            if not drop_lost:
+                raise Unreachable(f"workloads.recommendation[{job.name}]: some of its GPUs failed")
+            lost[job.name] = "lost GPUs"
+            continue
+        try:
+            recommendation.append(plan_recommendation(job, info, router, policy=r.policy, seed=r.seed, qps=r.qps))
         except Unreachable as e:
             if not drop_lost:
                 raise
@@ -461,4 +481,4 @@ def prepare(scenario: Scenario, *, graph: nx.DiGraph | None = None, drop_lost: b
                 raise
             lost[inf.name] = str(e)
     transfers = tuple(transfers)
-    return Model(scenario, graph, network, info, router, tuple(plans), fixed, transfers, lost)
+    return Model(scenario, graph, network, info, router, tuple(plans), fixed, transfers, lost, tuple(recommendation))

@@ -37,13 +37,14 @@ from .scenario import Model, Routing
 from .steptime import (
     FleetResult,
     Options,
+    RecommendationPlan,
     RoutedPhase,
     TrainingPlan,
     constant_load,
     coupling_groups,
     evaluate_fleet,
+    plan_phases,
     residual_capacity,
-    routed_phases,
 )
 
 DEFAULT_SEEDS = 8  # what `run` and `failures` evaluate a hash-routed scenario over unless told
@@ -82,8 +83,13 @@ def statistics(values) -> dict[str, float]:
             "min": float(v.min()), "max": float(v.max())}
 
 
-def _map_phases(plan: TrainingPlan, fn: Callable[[str, RoutedPhase], RoutedPhase]) -> TrainingPlan:
-    """``plan`` with every routed phase replaced by ``fn(name, phase)`` (names of ``routed_phases``)."""
+def _map_phases(plan, fn: Callable[[str, RoutedPhase], RoutedPhase]):
+    """``plan`` (training or recommendation) with every routed phase replaced by ``fn(name, phase)``
+    (the names of ``steptime.plan_phases``)."""
+    if isinstance(plan, RecommendationPlan):
+        return dataclasses.replace(plan, **{k: fn(k, getattr(plan, k)) for k in ("forward", "backward")
+                                            if getattr(plan, k) is not None})
+
     def per_rank(direction, phases):
         return [None if ps is None else [fn(f"{direction}[{s}][{i}]", ph) for i, ph in enumerate(ps)]
                 for s, ps in enumerate(phases)]
@@ -104,7 +110,7 @@ def _with_routes(rp: RoutedPhase, routes, table: Incidence | None = None) -> Rou
     return out
 
 
-def _plan_with(plan: TrainingPlan, routes: dict, tables: dict | None = None) -> TrainingPlan:
+def _plan_with(plan: TrainingPlan | RecommendationPlan, routes: dict, tables: dict | None = None):
     """``plan`` with the phases named in ``routes`` routed as given (the others as they are)."""
     return _map_phases(plan, lambda n, ph: _with_routes(ph, routes.get(n), None if tables is None else tables.get(n)))
 
@@ -148,6 +154,7 @@ class SeedSet:
         self._programs: dict[Options, Callable] = {}
         self._tables: tuple | None = None
         self.groups, self._alike = model.groups, False
+        self._plans = (*model.plans, *getattr(model, "recommendation", ()))  # in Model.fleet's order
         if self.single:
             return
         if not hashed(r):
@@ -176,8 +183,8 @@ class SeedSet:
             return _stack(blocks)
 
         # only what differs between seeds is batched; the rest is evaluated once for all of them
-        self._routes = tuple({name: st for name, ph in routed_phases(plan).items()
-                              if (st := reroute(ph)) is not None} for plan in model.plans)
+        self._routes = tuple({name: st for name, ph in plan_phases(plan).items()
+                              if (st := reroute(ph)) is not None} for plan in self._plans)
         self._transfer_routes = tuple(reroute(rp) for _, rp in model.transfers)
         sc = model.scenario
         self._fixed = None  # every seed's constant load, where it has one (reachability is the same under all)
@@ -188,8 +195,8 @@ class SeedSet:
         self._alike = not any(self._routes) and all(t is None for t in self._transfer_routes) and self._fixed is None
         # the jobs coupled under any seed; jobs coupled under one seed only share no link under the others,
         # and their sweeps then leave each as it would be alone
-        self.groups = model.groups if len(model.plans) < 2 else coupling_groups(
-            [_plan_with(p, rs) for p, rs in zip(model.plans, self._routes)], model.network.num_links)
+        self.groups = model.groups if len(self._plans) < 2 else coupling_groups(
+            [_plan_with(p, rs) for p, rs in zip(self._plans, self._routes)], model.network.num_links)
 
     @property
     def single(self) -> bool:
@@ -216,7 +223,7 @@ class SeedSet:
     def _fleet_at(self, routes, transfer_routes, fixed, tables, network: Network, options: Options, logits):
         m = self.model
         job_tables, transfer_tables = tables if tables is not None else ((None,) * len(routes), None)
-        plans = [_plan_with(p, rs, ts) for p, rs, ts in zip(m.plans, routes, job_tables)]
+        plans = [_plan_with(p, rs, ts) for p, rs, ts in zip(self._plans, routes, job_tables)]
         transfers = tuple((name, _with_routes(rp, r, None if transfer_tables is None else transfer_tables[i]))
                           for i, ((name, rp), r) in enumerate(zip(m.transfers, transfer_routes)))
         fixed = m.fixed_load if fixed is None else fixed
@@ -274,6 +281,8 @@ def over_seeds(model: Model, seeds: Iterable[int] | None = None) -> SeedSet:
 def mean_fleet(batch: FleetResult) -> FleetResult:
     """A seed-batched result reduced to one: every figure its mean over the seeds; the coupling's
     iterations and last change their largest, converged only if every seed converged."""
-    mean = jax.tree.map(lambda x: np.mean(np.asarray(x, np.float64), axis=0), (batch.steps, batch.kv_transfer_s))
+    mean = jax.tree.map(lambda x: np.mean(np.asarray(x, np.float64), axis=0),
+                        (batch.steps, batch.kv_transfer_s, batch.recommendation))
     return FleetResult(steps=mean[0], kv_transfer_s=mean[1], iterations=np.max(np.asarray(batch.iterations)),
-                       change=np.max(np.asarray(batch.change)), converged=np.all(np.asarray(batch.converged)))
+                       change=np.max(np.asarray(batch.change)), converged=np.all(np.asarray(batch.converged)),
+                       recommendation=mean[2])

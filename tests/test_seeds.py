@@ -232,3 +232,21 @@ def test_plots_draw_the_seed_spread(monkeypatch):
     plots.sweep_lines(table, ["g"], "step_time_s", "s.png", band=("lo", "hi"))
     filled = figures[-1].axes[0].collections
     assert len(filled) == 1 and filled[0].get_paths()[0].vertices[:, 1].min() == 0.5
+
+
+def test_recommendation_jobs_are_batched_over_seeds_too():
+    data = yaml.safe_load(yaml.safe_dump(SMALL))
+    data["workloads"]["training"] = data["workloads"]["training"][:1]  # ranks 0-23; the DLRM job on 24-55
+    data["workloads"]["recommendation"] = [{"name": "dlrm", "gpus": 32, "first_rank": 24, "tables": 64,
+                                             "rows": 1000000, "dim": 128, "pooling": 20, "batch_per_gpu": 2048,
+                                             "dense_params": 2.5e+7, "element_bytes": 2}]
+    model = scenario.prepare(config.parse(data))
+    got = seeds.over_seeds(model, range(3)).evaluate()
+    for s in range(3):
+        one = scenario.prepare(config.parse(config.override(yaml.safe_load(yaml.safe_dump(data)),
+                                                            f"fabric.routing.seed={s}"))).evaluate()
+        for name, r in (*one.steps.items(), *one.recommendation.items()):
+            every = {**got.steps, **got.recommendation}
+            assert float(every[name].step_time[s]) == pytest.approx(float(r.step_time), rel=1e-9, abs=0), (name, s)
+        assert float(got.step_time[s]) == pytest.approx(float(one.step_time), rel=1e-9, abs=0)
+    assert np.ptp(np.asarray(got.recommendation["dlrm"].step_time)) > 0  # its all-to-all crosses the spines

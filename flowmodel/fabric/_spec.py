@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from .. import _units
 from .._checks import check_number
+from ..hardware import Accelerator, preset
 
 FIBRE_DELAY_S_PER_KM = 4.9e-6  # light in fibre: ~1,000 km is ~10 ms round trip (docs/sources.md)
 
@@ -156,12 +157,17 @@ class Site:
       scale_up: the domains the site's GPUs are grouped into (consecutive ranks); ``None`` for none.
       border_oversubscription: (capacity of the top tier) / (capacity from the top tier to the site's
         border router), used only when long-haul links leave the site.
+      accelerator: the site's GPUs (a ``flowmodel.hardware`` preset name or ``Accelerator``). A
+        scenario file fills the site's unset scale-up and NIC keys from it and gives its training jobs
+        per-stage peak FLOP/s and HBM; in Python the fields stay as given, and
+        ``hardware.stage_figures`` gives a job's ``stage_peak_flops`` and ``stage_hbm``.
     """
 
     name: str
     scale_out: Clos | None = dataclasses.field(default_factory=Clos)
     scale_up: ScaleUp | None = dataclasses.field(default_factory=ScaleUp)
     border_oversubscription: float = 1.0
+    accelerator: Accelerator | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name or "/" in self.name:
@@ -170,6 +176,10 @@ class Site:
         if self.scale_out is None and self.scale_up is None:
             raise ValueError(f"{where}: needs a scale_out fabric, a scale_up domain or both")
         _read_units(self, where, border_oversubscription="ratio")
+        if isinstance(self.accelerator, str):
+            object.__setattr__(self, "accelerator", preset(self.accelerator, f"{where}.accelerator"))
+        elif self.accelerator is not None and not isinstance(self.accelerator, Accelerator):
+            raise ValueError(f"{where}.accelerator: expected a preset name or an Accelerator, got {self.accelerator!r}")
         check_number(f"{where}.border_oversubscription", self.border_oversubscription, strict=True)
         if self.scale_out is not None and self.scale_up is not None:
             n, d = self.scale_out.num_gpus, self.scale_up.size

@@ -37,6 +37,12 @@ from ._fleet import constant_load as constant_load
 from ._fleet import coupling_groups as coupling_groups
 from ._fleet import evaluate_fleet as evaluate_fleet
 from ._fleet import fixed_point as fixed_point
+from ._fleet import plan_calls as plan_calls
+from ._fleet import plan_phases as plan_phases
+from ._recommendation import RecommendationPlan as RecommendationPlan
+from ._recommendation import iteration_time as iteration_time
+from ._recommendation import plan_recommendation as plan_recommendation
+from ._recommendation import recommendation_bytes as recommendation_bytes
 from ._reliability import CABLES as CABLES
 from ._reliability import SWITCHES as SWITCHES
 from ._reliability import Component as Component

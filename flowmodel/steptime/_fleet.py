@@ -24,7 +24,8 @@ from scipy.sparse import csgraph
 from ..fabric import FabricInfo, Network
 from ..routing import Router
 from ._comm import EXACT, Options, RoutedPhase, background_load, phase_time, residual_capacity
-from ._training import StepResult, TrainingPlan, routed_phases, step_bytes, step_time
+from ._recommendation import RecommendationPlan, iteration_time, recommendation_bytes, recommendation_phases
+from ._training import StepResult, TrainingPlan, calls_per_step, routed_phases, step_bytes, step_time
 
 
 def constant_load(router: Router, inference=(), background=(), *, policy: str = "ecmp", seed: int = 0,
@@ -43,28 +44,31 @@ def constant_load(router: Router, inference=(), background=(), *, policy: str = 
 
 @dataclasses.dataclass(frozen=True)
 class FleetResult:
-    """Every training job's step, every inference service's KV transfer time (s), and the coupling:
-    the most sweeps a coupled group took (``iterations``; 0 when no jobs share a link), the last
-    sweep's largest relative change (``change``), ``converged`` when it is within ``Options.fleet_tol``."""
+    """Every training job's step, every recommendation job's iteration (``recommendation``), every
+    inference service's KV transfer time (s), and the coupling: the most sweeps a coupled group took
+    (``iterations``; 0 when no jobs share a link), the last sweep's largest relative change
+    (``change``), ``converged`` when it is within ``Options.fleet_tol``."""
 
     steps: dict[str, StepResult]
     kv_transfer_s: dict[str, object]
     iterations: object
     change: object
     converged: object
+    recommendation: dict[str, StepResult] = dataclasses.field(default_factory=dict)
 
     @property
     def step_time(self):
-        """The slowest job's step time: the scenario's step time."""
-        return _slowest([r.step_time for r in self.steps.values()])
+        """The slowest job's step time (recommendation iterations included): the scenario's step time."""
+        return _slowest([r.step_time for r in (*self.steps.values(), *self.recommendation.values())])
 
     def critical(self) -> str | None:
         """The name of the slowest job (concrete results only), None without jobs."""
-        return max(self.steps, key=lambda name: float(self.steps[name].step_time)) if self.steps else None
+        every = {**self.steps, **self.recommendation}
+        return max(every, key=lambda name: float(every[name].step_time)) if every else None
 
 
 jax.tree_util.register_dataclass(FleetResult, data_fields=["steps", "kv_transfer_s", "iterations", "change",
-                                                                    "converged"], meta_fields=[])
+                                                                    "converged", "recommendation"], meta_fields=[])
 
 
 def _slowest(values):
@@ -96,10 +100,21 @@ def job_logits(logits, j: int):
     return own or None
 
 
-def plan_links(plan: TrainingPlan) -> np.ndarray:
+def plan_phases(plan) -> dict[str, RoutedPhase]:
+    """The routed phases of a training plan (``routed_phases``) or a recommendation plan (``forward``;
+    ``backward``: its all-to-all and the dense all-reduce together)."""
+    return recommendation_phases(plan) if isinstance(plan, RecommendationPlan) else routed_phases(plan)
+
+
+def plan_calls(plan, name: str) -> float:
+    """How many times a step (an iteration) runs the plan's named phase."""
+    return 1.0 if isinstance(plan, RecommendationPlan) else calls_per_step(plan, name)
+
+
+def plan_links(plan: TrainingPlan | RecommendationPlan) -> np.ndarray:
     """int64[] every link the plan's routed phases can use (WCMP: every candidate path's links)."""
     parts = [np.zeros(0, np.int64)]
-    for ph in routed_phases(plan).values():
+    for ph in plan_phases(plan).values():
         if ph.sub is not None:
             parts.append(np.asarray(ph.sub.routes).ravel())
         if ph.candidates is not None:
@@ -171,7 +186,9 @@ fixed_point.defvjp(_fixed_point_fwd, _fixed_point_bwd)
 def evaluate_fleet(plans: list[TrainingPlan], network: Network, options: Options = EXACT, *, fixed_load=None,
                    transfers: tuple[tuple[str, RoutedPhase], ...] = (), info: FabricInfo | None = None,
                    logits=None, groups: tuple[tuple[int, ...], ...] | None = None) -> FleetResult:
-    """Step time of every planned training job and KV transfer time of every inference service, at once.
+    """Step time of every planned training job (and iteration time of every recommendation job: a
+    ``RecommendationPlan`` in ``plans``, coupled the same way) and KV transfer time of every inference
+    service, at once.
 
     Each job's step is evaluated with ``options``; the constant load ``fixed_load`` (float[L] bytes/s:
     background classes and inference, ``constant_load``) and the average loads of the jobs it is
@@ -187,11 +204,15 @@ def evaluate_fleet(plans: list[TrainingPlan], network: Network, options: Options
     if sorted(j for g in groups for j in g) != list(range(len(plans))):
         raise ValueError(f"groups: must partition the {len(plans)} jobs, got {groups!r}")
     coupled = {j for g in groups if len(g) > 1 for j in g}
-    per_step = {j: step_bytes(plans[j], L, logits=job_logits(logits, j)) for j in range(len(plans))
-                if transfers or j in coupled}
+    def job_bytes(j):
+        bytes_of = recommendation_bytes if isinstance(plans[j], RecommendationPlan) else step_bytes
+        return bytes_of(plans[j], L, logits=job_logits(logits, j))
+
+    per_step = {j: job_bytes(j) for j in range(len(plans)) if transfers or j in coupled}
 
     def job_step(j, net, background, lg):
-        return step_time(plans[j], net, options, info=info, background=background, logits=lg)
+        evaluate = iteration_time if isinstance(plans[j], RecommendationPlan) else step_time
+        return evaluate(plans[j], net, options, info=info, background=background, logits=lg)
 
     def sweep(group, theta, times):  # one Gauss-Seidel sweep over a group's jobs; theta holds every input
         net, fix, loads, lgs = theta
@@ -224,6 +245,8 @@ def evaluate_fleet(plans: list[TrainingPlan], network: Network, options: Options
         capacity = residual_capacity(network.capacity, total, info)
     for name, rp in transfers:  # one request's transfer, on top of every workload's average load
         kv[name] = phase_time(rp, capacity, network.latency, options)
-    return FleetResult(steps={plan.job.name: r for plan, r in zip(plans, results)}, kv_transfer_s=kv,
-                       iterations=functools.reduce(jnp.maximum, sweeps), change=change,
-                       converged=change <= options.fleet_tol)
+    rec = [isinstance(plan, RecommendationPlan) for plan in plans]
+    return FleetResult(steps={plan.job.name: r for plan, r, is_rec in zip(plans, results, rec) if not is_rec},
+                       kv_transfer_s=kv, iterations=functools.reduce(jnp.maximum, sweeps), change=change,
+                       converged=change <= options.fleet_tol,
+                       recommendation={plan.job.name: r for plan, r, is_rec in zip(plans, results, rec) if is_rec})

@@ -644,7 +644,7 @@ def export_training(plan: TrainingPlan, prefix: str) -> dict:
     index = {int(g): i for i, g in enumerate(gpus.tolist())}
     rank_of = np.vectorize(index.__getitem__)(grid) if grid.size else grid
     p, v, m = par.pp, par.virtual_stages, job.micro_batches
-    dense_f, moe_f, head_f = compute_times(job)
+    dense_f, moe_f, head_f = compute_times(job)  # per pipeline rank, at its own accelerator
     folder = os.path.dirname(prefix)
     if folder:
         os.makedirs(folder, exist_ok=True)
@@ -691,7 +691,7 @@ def export_training(plan: TrainingPlan, prefix: str) -> dict:
             w = TraceWriter(f"{prefix}.{r}.et", {"producer": "flowmodel", "job": job.name,
                                                  "flowmodel_gpu": int(gpus[r])})
             nodes += _write_rank(w, r, d, s, c, t, schedule[s], rank_of, plan, groups, group, layer_comm, is_moe,
-                                 layer_time, shard, dp_sizes, head_f)
+                                 {key: f[s] for key, f in layer_time.items()}, shard, dp_sizes, head_f[s])
             w.close()
             written.append(w.path)
     except BaseException:  # a partial trace would read as a smaller one: leave none

@@ -294,13 +294,14 @@ def step_time(plan: TrainingPlan, network: Network, options: Options = EXACT, *,
     return StepResult(step_time=finish, breakdown=parts, by_domain=by_domain, collectives=report, dp_starts=dp_starts)
 
 
-def compute_times(job: Training) -> tuple[float, float, float]:
-    """Seconds of one micro-batch's forward compute: per dense layer, per MoE layer, and of the output
-    head (the last virtual stage's); a backward computes twice as long (and recomputes the layers'
-    forward under full recomputation)."""
+def compute_times(job: Training) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """float64[pp] each: seconds of one micro-batch's forward compute on each pipeline rank, at the
+    rank's own peak (``Training.rank_peak_flops``): per dense layer, per MoE layer, and of the output
+    head (used on the last rank, which holds the last virtual stage); a backward computes twice as
+    long (and recomputes the layers' forward under full recomputation)."""
     par, model = job.parallelism, job.model
     tokens = job.micro_batch * model.seq_len
-    rate = job.peak_flops * job.efficiency
+    rate = job.rank_peak_flops * job.efficiency
     dense, moe = (model.layer_flops_per_token(flag) * tokens / (par.tp * par.cp) / rate for flag in (False, True))
     head = 2 * model.hidden * model.vocab * tokens / (par.tp * par.cp) / rate
     return dense, moe, head
@@ -323,10 +324,11 @@ def _step_numbers(plan: TrainingPlan, capacity, latency, background, logits, opt
     r = float(job.recomputes)  # the backward pass first recomputes the forward, collectives included
     dense_compute, moe_compute, head_compute = compute_times(job)
     V = len(plan.layers)
+    on_rank = np.arange(V) % par.pp  # virtual stage k runs on pipeline rank k mod pp, at that rank's compute
     n_moe = plan.moe_layers if plan.moe_layers.size else np.zeros(V, np.int64)
     n_dense = plan.layers - n_moe
-    layer_f = n_dense * dense_compute + n_moe * moe_compute
-    compute_f = layer_f + np.where(np.arange(V) == V - 1, head_compute, 0.0)
+    layer_f = n_dense * dense_compute[on_rank] + n_moe * moe_compute[on_rank]
+    compute_f = layer_f + np.where(np.arange(V) == V - 1, head_compute[on_rank], 0.0)
     comm_f = {flag: comm(flag, False) for flag in (False, True)}
     comm_b = {flag: comm(flag, True) + r * comm_f[flag] for flag in (False, True)}
     t_forward = [compute_f[k] + n_dense[k] * comm_f[False] + n_moe[k] * comm_f[True] for k in range(V)]
@@ -363,7 +365,7 @@ def _step_numbers(plan: TrainingPlan, capacity, latency, background, logits, opt
         dp_exposed = finish - pipeline_end
         dp_starts = times.last_backward.astype(capacity.dtype)
 
-    # the busiest rank: most layer FLOP (ties: the first)
+    # the busiest rank: most layer compute time, at each rank's own peak (ties: the first)
     work = [float(layer_f[s::par.pp].sum()) for s in range(par.pp)]
     rank = int(np.argmax(work))
     own = range(rank, V, par.pp)
@@ -414,6 +416,9 @@ def _bound(ph: RoutedPhase, capacity, latency, step_latency, *, sub_mask=None, s
     hop = jnp.max(route_latency(jnp.asarray(routes), latency))
     steps = ph.steps if steps is None else steps
     return scheduled_bound(routes, sizes, capacity) + steps * (hop + step_latency)
+
+
+phase_bound = _bound  # the name other step models (recommendation) import
 
 
 def _max_all(values):

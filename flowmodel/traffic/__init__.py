@@ -38,11 +38,15 @@ from ._collectives import bus_factor as bus_factor
 from ._collectives import double_binary_tree as double_binary_tree
 from ._collectives import reduce_scatter as reduce_scatter
 from ._collectives import send_recv as send_recv
+from ._recommendation import Recommendation as Recommendation
 from ._workload import Background as Background
 from ._workload import Inference as Inference
 from ._workload import Model as Model
 from ._workload import Parallelism as Parallelism
 from ._workload import Training as Training
 from ._workload import deepseek_v3 as deepseek_v3
+from ._workload import llama3_8b as llama3_8b
+from ._workload import llama3_70b as llama3_70b
 from ._workload import llama3_405b as llama3_405b
 from ._workload import llama3_405b_training as llama3_405b_training
+from ._workload import mixtral_8x22b as mixtral_8x22b

@@ -256,6 +256,10 @@ class Training:
       algorithm: all-reduce algorithm of the DP gradient reduction.
       hbm: memory per GPU (bytes; H100 SXM: 80 GB); ``memory()`` must fit in it (docs/sources.md).
       tokens, steps: how much to train (either, for the time to train; ``training_steps``).
+      stage_peak_flops, stage_hbm: one value per pipeline stage (pipeline rank), for a job whose stages
+        run on different accelerators (``hardware.stage_figures``); each stage's compute is timed at its
+        own peak and its weights, gradients and optimizer state must fit in its own HBM. When given,
+        ``peak_flops`` and ``hbm`` become their minimum (the slowest stage, the smallest memory).
       zero_stage: what the DP x CP ranks shard (``memory``): 0 nothing (DDP), 1 the optimizer state
         (Megatron's distributed optimizer, ZeRO-1), 2 the gradients too (ZeRO-2; Llama 3's FSDP,
         which keeps the weights unsharded from the forward to the backward pass). Expert parameters'
@@ -279,6 +283,8 @@ class Training:
     hbm: float = 80e9
     tokens: float | None = None
     steps: int | None = None
+    stage_peak_flops: tuple[float, ...] | None = None
+    stage_hbm: tuple[float, ...] | None = None
     zero_stage: int = 2
     recompute: str = "none"
     optimizer_bytes: int = 12
@@ -329,12 +335,25 @@ class Training:
                 raise ValueError("training.ranks: a GPU rank is listed twice")
         object.__setattr__(self, "hbm", _units.coerce(self.hbm, "size", "training.hbm"))  # "80GB" as in a config
         check_number("training.hbm", self.hbm, strict=True)
-        static = self.memory()
-        static = static["weights"] + static["gradients"] + static["optimizer"]
-        if static > self.hbm:
-            raise ValueError(f"training.hbm: weights, gradients and optimizer state need {static / 1e9:.1f} GB per GPU "
-                             f"(tp x pp = {par.tp} x {par.pp}), more than hbm = {self.hbm / 1e9:.0f} GB; shard the "
-                             f"model further or raise hbm")
+        for key in ("stage_peak_flops", "stage_hbm"):
+            values = getattr(self, key)
+            if values is None:
+                continue
+            values = tuple(values) if isinstance(values, (list, tuple, np.ndarray)) else (values,)
+            if len(values) != par.pp:
+                raise ValueError(f"training.{key}: needs one value per pipeline stage (pp = {par.pp}), got "
+                                 f"{len(values)}")
+            for i, x in enumerate(values):
+                check_number(f"training.{key}[{i}]", x, strict=True)
+            object.__setattr__(self, key, tuple(float(x) for x in values))
+            object.__setattr__(self, key[len("stage_"):], min(values))  # the slowest stage, the smallest memory
+        static = self.static_memory()
+        worst = int(np.argmax(static / self.rank_hbm))  # uniform hbm: the fullest rank
+        if static[worst] > self.rank_hbm[worst]:
+            stage = f", pipeline stage {worst}" if self.stage_hbm is not None else ""
+            raise ValueError(f"training.hbm: weights, gradients and optimizer state need {static[worst] / 1e9:.1f} GB "
+                             f"per GPU (tp x pp = {par.tp} x {par.pp}{stage}), more than hbm = "
+                             f"{self.rank_hbm[worst] / 1e9:.0f} GB; shard the model further or raise hbm")
 
     @property
     def training_steps(self) -> int | None:
@@ -346,6 +365,16 @@ class Training:
     @property
     def micro_batches(self) -> int:
         return self.global_batch // (self.parallelism.dp * self.micro_batch)
+
+    @property
+    def rank_peak_flops(self) -> np.ndarray:
+        """float64[pp]: each pipeline stage's peak FLOP/s (``stage_peak_flops``, else ``peak_flops``)."""
+        return np.array(self.stage_peak_flops or (self.peak_flops,) * self.parallelism.pp, np.float64)
+
+    @property
+    def rank_hbm(self) -> np.ndarray:
+        """float64[pp]: each pipeline stage's memory per GPU (``stage_hbm``, else ``hbm``)."""
+        return np.array(self.stage_hbm or (self.hbm,) * self.parallelism.pp, np.float64)
 
     @property
     def recomputes(self) -> bool:
@@ -420,6 +449,25 @@ class Training:
                  "etp_reduce_scatter": int(moe)}
         return {k: calls[k] for k in self.layer_traffic() if calls[k]}
 
+    def _rank_state(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(dense, expert, gradients, optimizer): float64[pp] per pipeline rank, the parameters one GPU
+        holds (a rank holds every ``pp``-th virtual stage) and the bytes of its gradients and optimizer
+        state after ``zero_stage`` sharding (dense over DP x CP, experts over their expert-DP group)."""
+        p = self.parallelism.pp
+        dense, expert = self.stage_params()
+        d = np.array([dense[s::p].sum() for s in range(p)])
+        e = np.array([expert[s::p].sum() for s in range(p)])
+        sharded = d / (self.parallelism.dp * self.parallelism.cp) + e / self.expert_dp
+        grads = self.grad_bytes * (sharded if self.zero_stage >= 2 else d + e)
+        optimizer = self.optimizer_bytes * (sharded if self.zero_stage >= 1 else d + e)
+        return d, e, grads, optimizer
+
+    def static_memory(self) -> np.ndarray:
+        """float64[pp]: weights, gradients and optimizer state per GPU of each pipeline rank (bytes;
+        ``memory`` gives the parts of the fullest one)."""
+        d, e, grads, optimizer = self._rank_state()
+        return (d + e) * self.model.dtype_bytes + grads + optimizer
+
     def memory(self) -> dict[str, float]:
         """Estimated bytes per GPU (docs/sources.md, "Memory per GPU"): the static state of the pipeline
         rank with the most parameters and the activations of the first rank, which holds the most.
@@ -436,14 +484,10 @@ class Training:
         """
         par, model = self.parallelism, self.model
         p, v = par.pp, par.virtual_stages
-        dense, expert = self.stage_params()
-        rank_dense = np.array([dense[s::p].sum() for s in range(p)])
-        rank_expert = np.array([expert[s::p].sum() for s in range(p)])
-        fullest = int(np.argmax(rank_dense + rank_expert))
-        d, e = rank_dense[fullest], rank_expert[fullest]
-        replicas = par.dp * par.cp
-        grads = self.grad_bytes * (d / replicas + e / self.expert_dp if self.zero_stage >= 2 else d + e)
-        optimizer = self.optimizer_bytes * (d / replicas + e / self.expert_dp if self.zero_stage >= 1 else d + e)
+        d, e, grads, optimizer = self._rank_state()
+        fullest = int(np.argmax(d + e))
+        d, e, grads = d[fullest], e[fullest], grads[fullest]
+        optimizer = optimizer[fullest]
 
         layers, moe = self.stage_layout()
         tokens = self.micro_batch * model.seq_len / par.cp
@@ -479,6 +523,27 @@ def llama3_405b() -> Model:
     """Llama 3 405B (docs/sources.md, "Meta's 24K-GPU cluster (Llama 3)")."""
     return Model("llama3-405b", layers=126, hidden=16_384, ffn_hidden=53_248, heads=128, kv_heads=8, vocab=128_256,
                  seq_len=8_192)
+
+
+def llama3_8b() -> Model:
+    """Llama 3 8B (docs/sources.md, "Model presets": the Llama 3 paper, Table 3)."""
+    return Model("llama3-8b", layers=32, hidden=4_096, ffn_hidden=14_336, heads=32, kv_heads=8, vocab=128_256,
+                 seq_len=8_192)
+
+
+def llama3_70b() -> Model:
+    """Llama 3 70B (docs/sources.md, "Model presets": the Llama 3 paper, Table 3)."""
+    return Model("llama3-70b", layers=80, hidden=8_192, ffn_hidden=28_672, heads=64, kv_heads=8, vocab=128_256,
+                 seq_len=8_192)
+
+
+def mixtral_8x22b() -> Model:
+    """Mixtral 8x22B, a sparse MoE of 141B parameters with 39B active (docs/sources.md, "Model presets"):
+    every layer's MLP is 8 SwiGLU experts of 16,384, each token routed to 2. Assumed where the public
+    figures are silent: sequences of 8,192 tokens (Mistral publishes a 64K context window, not the
+    pre-training length)."""
+    return Model("mixtral-8x22b", layers=56, hidden=6_144, ffn_hidden=16_384, heads=48, kv_heads=8, vocab=32_000,
+                 seq_len=8_192, experts=8, top_k=2)
 
 
 def deepseek_v3() -> Model:
