@@ -24,6 +24,7 @@ nodes that take no time (``zero_time_nodes``: barriers, peerless sends and recvs
 from __future__ import annotations
 
 import argparse
+import collections
 import contextvars
 import copy
 import math
@@ -77,13 +78,15 @@ def fleet_result(model, fleet) -> dict:
                       "by_domain_s": _floats(r.by_domain), "collectives": collectives,
                       "memory_per_gpu_bytes": _floats(plans[name].job.memory()),
                       "hbm_bytes": float(plans[name].job.hbm)}
-    recs = {plan.job.name: plan for plan in getattr(model, "recommendation", ())}
-    for name, r in fleet.recommendation.items():  # DLRM-class jobs: the iteration and its parts
+    others = {plan.job.name: plan for plan in model.others}
+    every = fleet.every
+    for name, plan in others.items():  # recommendation, RL, agentic: the iteration (request) and its parts
+        r = every[name]
         collectives = {kind: {**{_COLLECTIVE_KEYS[k]: (int if k == "ranks" else float)(v) for k, v in figures.items()},
-                              "domain": recs[name].domains[kind]} for kind, figures in r.collectives.items()}
-        jobs[name] = {"kind": "recommendation", "step_time_s": float(r.step_time), "breakdown_s": _floats(r.breakdown),
-                      "by_domain_s": _floats(r.by_domain), "collectives": collectives,
-                      "embedding_bytes_per_gpu": recs[name].job.embedding_bytes()}
+                              "domain": plan.domains.get(kind)} for kind, figures in r.collectives.items()}
+        time_key = "latency_s" if plan.SERVICE else "step_time_s"
+        jobs[name] = {"kind": plan.KIND, time_key: float(r.step_time), "breakdown_s": _floats(r.breakdown),
+                      "by_domain_s": _floats(r.by_domain), "collectives": collectives, **plan.figures(r)}
     slowest = fleet.critical()
     return {"scenario": model.scenario.name, "units": UNITS,
             "step_time_s": jobs[slowest]["step_time_s"] if slowest else None,
@@ -100,8 +103,7 @@ def seeded_result(model, batch, seeds) -> dict:
     from . import seeds as sd
 
     result = fleet_result(model, sd.mean_fleet(batch))
-    per_seed = {name: np.asarray(r.step_time, np.float64) for name, r in {**batch.steps,
-                                                                          **batch.recommendation}.items()}
+    per_seed = {name: np.asarray(r.step_time, np.float64) for name, r in batch.jobs.items()}
     for name, t in per_seed.items():
         result["jobs"][name].update(step_time_stats_s=sd.statistics(t), step_time_per_seed_s=t.tolist())
     head = {"statistic": sd.describe(model.scenario.routing, seeds), "routing_seeds": list(seeds)}
@@ -227,7 +229,8 @@ def _prepare(scenario, quiet: bool, gradients: bool = False, seeds: int = 1):
     if not quiet:
         print(f"{scenario.name}: {scenario.fleet.num_gpus} GPUs, {model.info.num_links} links, "
               f"{len(model.plans)} training job(s)"
-              + (f", {len(model.recommendation)} recommendation job(s)" if model.recommendation else ""), flush=True)
+              + "".join(f", {n} {kind} workload(s)" for kind, n in
+                        collections.Counter(p.KIND for p in model.others).items()), flush=True)
     return model
 
 

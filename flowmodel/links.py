@@ -47,7 +47,7 @@ import numpy as np
 from ._checks import is_traced
 from .fabric import Tier
 from .kernels import completion_events, interval_loads
-from .steptime import fluid_inputs, plan_calls, plan_phases
+from .steptime import average_load, fluid_inputs, plan_calls, plan_phases
 
 UNITS = {"_Bps": "bytes per second", "_bytes": "bytes", "_s": "seconds",
          "_util": "fraction of the link's capacity (1 = full)"}
@@ -295,8 +295,8 @@ def build(model, fleet, *, network=None, options=None, logits=None) -> LinkView:
     latency = network.latency
     fixed = np.asarray(model.fixed_load, np.float64)
     L = capacity.shape[0]
-    plans = [*model.plans, *getattr(model, "recommendation", ())]  # recommendation jobs after the training jobs
-    steps = {**fleet.steps, **fleet.recommendation}
+    plans = list(model.all_plans)
+    steps = fleet.every
     names = [plan.job.name for plan in plans]
     if sorted(steps) != sorted(names):
         raise ValueError(f"links: the evaluation has jobs {sorted(steps)}, the model {sorted(names)}")
@@ -309,7 +309,7 @@ def build(model, fleet, *, network=None, options=None, logits=None) -> LinkView:
         resolved.append({n: rp for n, rp in phases.items() if rp.sub is not None})
     per_step = [sum((plan_calls(plan, n) * _per_link(rp.sub.routes, _sizes(rp), L)
                      for n, rp in phases.items()), np.zeros(L)) for plan, phases in zip(plans, resolved)]
-    mean_load = [per_step[j] / times[names[j]] for j in range(len(names))]
+    mean_load = [average_load(plan, per_step[j], times[names[j]]) for j, plan in enumerate(plans)]
     out = []
     for group in model.groups:  # each job on the capacity its step was timed on
         for j in group:

@@ -318,14 +318,19 @@ def _spans(ranks: list[int]) -> str:
     return ", ".join(spans)
 
 
+# scenario key -> planner(job, info, router, policy=, seed=, qps=) of the workloads beside training
+PLANNERS = {"recommendation": plan_recommendation}
+
+
 class Model:
     """A prepared scenario: built and routed once, evaluated many times (``prepare`` makes one).
 
     Attributes:
       scenario: what it was prepared from; graph, network, info, router: the fabric as built,
-      compiled and routed; plans: one per training job still connected; recommendation: one
-      ``RecommendationPlan`` per recommendation job (coupled with the training jobs in ``groups``,
-      indices past ``plans``); lost: workload name -> why
+      compiled and routed; plans: one per training job still connected; others: the plans of every
+      other workload with phases of its own (recommendation, RL, agentic: ``steptime/_fleet.py``'s
+      plan protocol), coupled with the training jobs in ``groups`` at indices past ``plans``
+      (``all_plans`` is both, in that order); lost: workload name -> why
       it could not be planned (only with ``prepare(..., drop_lost=True)``); fixed_load: float[L] bytes/s
       of inference and background traffic; transfers: (service name, routed KV transfer) pairs;
       groups: the jobs (indices into plans) coupled through shared links (``steptime.coupling_groups``).
@@ -338,12 +343,22 @@ class Model:
 
     def __init__(self, scenario: Scenario, graph: nx.DiGraph | None, network: Network, info: FabricInfo,
                  router: Router, plans: tuple[TrainingPlan, ...], fixed_load: np.ndarray,
-                 transfers: tuple[tuple[str, RoutedPhase], ...], lost: dict[str, str], recommendation: tuple = ()):
+                 transfers: tuple[tuple[str, RoutedPhase], ...], lost: dict[str, str], others: tuple = ()):
         self.scenario, self._graph, self.network, self.info, self.router = scenario, graph, network, info, router
         self.plans, self.fixed_load, self.transfers, self.lost = plans, fixed_load, transfers, lost
-        self.recommendation = tuple(recommendation)
-        self.groups = coupling_groups(tuple(plans) + self.recommendation, network.num_links)
+        self.others = tuple(others)
+        self.groups = coupling_groups(self.all_plans, network.num_links)
         self._programs: dict[Options, Callable] = {}
+
+    @property
+    def all_plans(self) -> tuple:
+        """The training plans, then the other workloads' plans: the order of ``groups`` and ``fleet``."""
+        return (*self.plans, *self.others)
+
+    @property
+    def recommendation(self) -> tuple:
+        """The recommendation jobs' plans."""
+        return tuple(p for p in self.others if p.KIND == "recommendation")
 
     @property
     def graph(self) -> nx.DiGraph:
@@ -359,7 +374,7 @@ class Model:
 
     def fleet(self, network: Network | None = None, options: Options | None = None, logits=None) -> FleetResult:
         """Every job's step and every service's KV transfer time on ``network`` (default: the scenario's)."""
-        return evaluate_fleet([*self.plans, *self.recommendation], self.network if network is None else network,
+        return evaluate_fleet(list(self.all_plans), self.network if network is None else network,
                               self.options if options is None else options, fixed_load=self.fixed_load,
                               transfers=self.transfers, info=self.info, logits=logits, groups=self.groups)
 
@@ -457,19 +472,20 @@ def prepare(scenario: Scenario, *, graph: nx.DiGraph | None = None, drop_lost: b
             if not drop_lost:
                 raise
             lost[job.name] = str(e)
-    recommendation = []
-    for job in scenario.recommendation:
-        if (info.gpus[job.job_ranks(info.num_gpus)] < 0).any():
-            if not drop_lost:
-                raise Unreachable(f"workloads.recommendation[{job.name}]: some of its GPUs failed")
-            lost[job.name] = "lost GPUs"
-            continue
-        try:
-            recommendation.append(plan_recommendation(job, info, router, policy=r.policy, seed=r.seed, qps=r.qps))
-        except Unreachable as e:
-            if not drop_lost:
-                raise
-            lost[job.name] = str(e)
+    others = []
+    for key, plan_job in PLANNERS.items():  # every other workload with phases of its own, in KINDS' order
+        for job in getattr(scenario, key):
+            if (info.gpus[job.job_ranks(info.num_gpus)] < 0).any():
+                if not drop_lost:
+                    raise Unreachable(f"workloads.{key}[{job.name}]: some of its GPUs failed")
+                lost[job.name] = "lost GPUs"
+                continue
+            try:
+                others.append(plan_job(job, info, router, policy=r.policy, seed=r.seed, qps=r.qps))
+            except Unreachable as e:
+                if not drop_lost:
+                    raise
+                lost[job.name] = str(e)
     fixed = constant_load(router, scenario.inference, scenario.background, policy=r.policy, seed=r.seed, qps=r.qps,
                           unreachable="report" if drop_lost else "raise")
     transfers = []
@@ -481,4 +497,4 @@ def prepare(scenario: Scenario, *, graph: nx.DiGraph | None = None, drop_lost: b
                 raise
             lost[inf.name] = str(e)
     transfers = tuple(transfers)
-    return Model(scenario, graph, network, info, router, tuple(plans), fixed, transfers, lost, tuple(recommendation))
+    return Model(scenario, graph, network, info, router, tuple(plans), fixed, transfers, lost, tuple(others))

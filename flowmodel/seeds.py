@@ -35,9 +35,9 @@ from .kernels import Incidence, incidence
 from .routing import HASHED, split
 from .scenario import Model, Routing
 from .steptime import (
+    KINDS,
     FleetResult,
     Options,
-    RecommendationPlan,
     RoutedPhase,
     TrainingPlan,
     constant_load,
@@ -86,9 +86,8 @@ def statistics(values) -> dict[str, float]:
 def _map_phases(plan, fn: Callable[[str, RoutedPhase], RoutedPhase]):
     """``plan`` (training or recommendation) with every routed phase replaced by ``fn(name, phase)``
     (the names of ``steptime.plan_phases``)."""
-    if isinstance(plan, RecommendationPlan):
-        return dataclasses.replace(plan, **{k: fn(k, getattr(plan, k)) for k in ("forward", "backward")
-                                            if getattr(plan, k) is not None})
+    if not isinstance(plan, TrainingPlan):
+        return plan.map_phases(fn)
 
     def per_rank(direction, phases):
         return [None if ps is None else [fn(f"{direction}[{s}][{i}]", ph) for i, ph in enumerate(ps)]
@@ -110,7 +109,7 @@ def _with_routes(rp: RoutedPhase, routes, table: Incidence | None = None) -> Rou
     return out
 
 
-def _plan_with(plan: TrainingPlan | RecommendationPlan, routes: dict, tables: dict | None = None):
+def _plan_with(plan, routes: dict, tables: dict | None = None):
     """``plan`` with the phases named in ``routes`` routed as given (the others as they are)."""
     return _map_phases(plan, lambda n, ph: _with_routes(ph, routes.get(n), None if tables is None else tables.get(n)))
 
@@ -154,7 +153,7 @@ class SeedSet:
         self._programs: dict[Options, Callable] = {}
         self._tables: tuple | None = None
         self.groups, self._alike = model.groups, False
-        self._plans = (*model.plans, *getattr(model, "recommendation", ()))  # in Model.fleet's order
+        self._plans = model.all_plans  # in Model.fleet's order
         if self.single:
             return
         if not hashed(r):
@@ -282,7 +281,6 @@ def mean_fleet(batch: FleetResult) -> FleetResult:
     """A seed-batched result reduced to one: every figure its mean over the seeds; the coupling's
     iterations and last change their largest, converged only if every seed converged."""
     mean = jax.tree.map(lambda x: np.mean(np.asarray(x, np.float64), axis=0),
-                        (batch.steps, batch.kv_transfer_s, batch.recommendation))
-    return FleetResult(steps=mean[0], kv_transfer_s=mean[1], iterations=np.max(np.asarray(batch.iterations)),
-                       change=np.max(np.asarray(batch.change)), converged=np.all(np.asarray(batch.converged)),
-                       recommendation=mean[2])
+                        {kind: getattr(batch, kind) for kind in ("steps", "kv_transfer_s", *KINDS)})
+    return FleetResult(iterations=np.max(np.asarray(batch.iterations)), change=np.max(np.asarray(batch.change)),
+                       converged=np.all(np.asarray(batch.converged)), **mean)

@@ -8,6 +8,17 @@ once. Within a group, step times and loads are solved together by Gauss-Seidel s
 tolerance (``Options.fleet_tol``, at most ``Options.fleet_iterations`` sweeps), and the gradient goes
 through the fixed point by the implicit function theorem, not by unrolling the sweeps
 (``fixed_point``); the result says how much the last sweep still changed.
+
+Training jobs are ``TrainingPlan``s. Every other workload with phases of its own on the fabric
+(recommendation, RL post-training, agentic inference) is a plan object with this protocol:
+
+- ``KIND``: the ``FleetResult`` field its results land in;
+- ``SERVICE``: True for an open-loop service, whose time is a request's latency (not a step, so not in
+  the fleet's step time) and whose average load is ``bytes x rate()``; False for a closed-loop job,
+  whose load is bytes per iteration / iteration time;
+- ``job`` (with ``name`` and ``job_ranks``), ``phases()``, ``calls(name)``, ``bytes(num_links, logits=)``,
+  ``evaluate(network, options, info=, background=, logits=) -> StepResult``, ``map_phases(fn)`` and
+  ``figures()`` (run.json's extra figures).
 """
 
 from __future__ import annotations
@@ -24,7 +35,6 @@ from scipy.sparse import csgraph
 from ..fabric import FabricInfo, Network
 from ..routing import Router
 from ._comm import EXACT, Options, RoutedPhase, background_load, phase_time, residual_capacity
-from ._recommendation import RecommendationPlan, iteration_time, recommendation_bytes, recommendation_phases
 from ._training import StepResult, TrainingPlan, calls_per_step, routed_phases, step_bytes, step_time
 
 
@@ -42,6 +52,9 @@ def constant_load(router: Router, inference=(), background=(), *, policy: str = 
     return load
 
 
+KINDS = ("recommendation", "rl", "agentic")  # the plan kinds beside training, as FleetResult fields
+
+
 @dataclasses.dataclass(frozen=True)
 class FleetResult:
     """Every training job's step, every recommendation job's iteration (``recommendation``), every
@@ -55,20 +68,32 @@ class FleetResult:
     change: object
     converged: object
     recommendation: dict[str, StepResult] = dataclasses.field(default_factory=dict)
+    rl: dict[str, StepResult] = dataclasses.field(default_factory=dict)
+    agentic: dict[str, StepResult] = dataclasses.field(default_factory=dict)
+
+    @property
+    def jobs(self) -> dict[str, StepResult]:
+        """Every closed-loop job's step or iteration: training, recommendation, RL."""
+        return {**self.steps, **self.recommendation, **self.rl}
+
+    @property
+    def every(self) -> dict[str, StepResult]:
+        """Every workload's result: the jobs', then the services' (an agentic request's latency)."""
+        return {**self.jobs, **self.agentic}
 
     @property
     def step_time(self):
-        """The slowest job's step time (recommendation iterations included): the scenario's step time."""
-        return _slowest([r.step_time for r in (*self.steps.values(), *self.recommendation.values())])
+        """The slowest job's step time (recommendation and RL iterations included): the scenario's step time."""
+        return _slowest([r.step_time for r in self.jobs.values()])
 
     def critical(self) -> str | None:
         """The name of the slowest job (concrete results only), None without jobs."""
-        every = {**self.steps, **self.recommendation}
+        every = self.jobs
         return max(every, key=lambda name: float(every[name].step_time)) if every else None
 
 
-jax.tree_util.register_dataclass(FleetResult, data_fields=["steps", "kv_transfer_s", "iterations", "change",
-                                                                    "converged", "recommendation"], meta_fields=[])
+RESULT_FIELDS = ("steps", "kv_transfer_s", "iterations", "change", "converged", *KINDS)
+jax.tree_util.register_dataclass(FleetResult, data_fields=list(RESULT_FIELDS), meta_fields=[])
 
 
 def _slowest(values):
@@ -101,17 +126,40 @@ def job_logits(logits, j: int):
 
 
 def plan_phases(plan) -> dict[str, RoutedPhase]:
-    """The routed phases of a training plan (``routed_phases``) or a recommendation plan (``forward``;
-    ``backward``: its all-to-all and the dense all-reduce together)."""
-    return recommendation_phases(plan) if isinstance(plan, RecommendationPlan) else routed_phases(plan)
+    """The routed phases of a plan by name (a training plan's: ``routed_phases``)."""
+    return routed_phases(plan) if isinstance(plan, TrainingPlan) else plan.phases()
 
 
 def plan_calls(plan, name: str) -> float:
-    """How many times a step (an iteration) runs the plan's named phase."""
-    return 1.0 if isinstance(plan, RecommendationPlan) else calls_per_step(plan, name)
+    """How many times a step (an iteration, a request) runs the plan's named phase."""
+    return calls_per_step(plan, name) if isinstance(plan, TrainingPlan) else plan.calls(name)
 
 
-def plan_links(plan: TrainingPlan | RecommendationPlan) -> np.ndarray:
+def plan_bytes(plan, num_links: int, *, logits=None):
+    """float[L] bytes the plan puts on each link per step (iteration, request)."""
+    return step_bytes(plan, num_links, logits=logits) if isinstance(plan, TrainingPlan) else \
+        plan.bytes(num_links, logits=logits)
+
+
+def plan_time(plan, network: Network, options: Options = EXACT, *, info=None, background=None,
+              logits=None) -> StepResult:
+    """The plan's step (iteration, request) on ``network`` with ``background`` bytes/s reserved."""
+    evaluate = functools.partial(step_time, plan) if isinstance(plan, TrainingPlan) else plan.evaluate
+    return evaluate(network, options, info=info, background=background, logits=logits)
+
+
+def plan_kind(plan) -> str:
+    """The FleetResult field the plan's result lands in."""
+    return "steps" if isinstance(plan, TrainingPlan) else plan.KIND
+
+
+def average_load(plan, per_step, time):
+    """float[L] bytes/s the plan puts on the fabric on average: a job's bytes per step over its step
+    time, a service's bytes per request times its request rate."""
+    return per_step * plan.rate() if getattr(plan, "SERVICE", False) else per_step / time
+
+
+def plan_links(plan) -> np.ndarray:
     """int64[] every link the plan's routed phases can use (WCMP: every candidate path's links)."""
     parts = [np.zeros(0, np.int64)]
     for ph in plan_phases(plan).values():
@@ -186,9 +234,9 @@ fixed_point.defvjp(_fixed_point_fwd, _fixed_point_bwd)
 def evaluate_fleet(plans: list[TrainingPlan], network: Network, options: Options = EXACT, *, fixed_load=None,
                    transfers: tuple[tuple[str, RoutedPhase], ...] = (), info: FabricInfo | None = None,
                    logits=None, groups: tuple[tuple[int, ...], ...] | None = None) -> FleetResult:
-    """Step time of every planned training job (and iteration time of every recommendation job: a
-    ``RecommendationPlan`` in ``plans``, coupled the same way) and KV transfer time of every inference
-    service, at once.
+    """Step time of every planned training job, the result of every other plan in ``plans`` (the
+    module's plan protocol: recommendation and RL iterations, agentic requests; coupled the same way)
+    and KV transfer time of every inference service, at once.
 
     Each job's step is evaluated with ``options``; the constant load ``fixed_load`` (float[L] bytes/s:
     background classes and inference, ``constant_load``) and the average loads of the jobs it is
@@ -204,20 +252,17 @@ def evaluate_fleet(plans: list[TrainingPlan], network: Network, options: Options
     if sorted(j for g in groups for j in g) != list(range(len(plans))):
         raise ValueError(f"groups: must partition the {len(plans)} jobs, got {groups!r}")
     coupled = {j for g in groups if len(g) > 1 for j in g}
-    def job_bytes(j):
-        bytes_of = recommendation_bytes if isinstance(plans[j], RecommendationPlan) else step_bytes
-        return bytes_of(plans[j], L, logits=job_logits(logits, j))
-
-    per_step = {j: job_bytes(j) for j in range(len(plans)) if transfers or j in coupled}
+    per_step = {j: plan_bytes(plans[j], L, logits=job_logits(logits, j)) for j in range(len(plans))
+                if transfers or j in coupled}
 
     def job_step(j, net, background, lg):
-        evaluate = iteration_time if isinstance(plans[j], RecommendationPlan) else step_time
-        return evaluate(plans[j], net, options, info=info, background=background, logits=lg)
+        return plan_time(plans[j], net, options, info=info, background=background, logits=lg)
 
     def sweep(group, theta, times):  # one Gauss-Seidel sweep over a group's jobs; theta holds every input
         net, fix, loads, lgs = theta
         for a, j in enumerate(group):
-            others = fix + sum((loads[b] / times[b] for b in range(len(group)) if b != a), jnp.zeros(L))
+            others = fix + sum((average_load(plans[group[b]], loads[b], times[b]) for b in range(len(group))
+                                if b != a), jnp.zeros(L))
             times = times.at[a].set(job_step(j, net, others, lgs[a]).step_time)
         return times
 
@@ -232,7 +277,8 @@ def evaluate_fleet(plans: list[TrainingPlan], network: Network, options: Options
         times, k, last = fixed_point(functools.partial(sweep, group), theta, y0, options.fleet_tol,
                                      options.fleet_iterations)
         for a, j in enumerate(group):  # each job's whole result at the fixed point
-            others = fixed + sum((per_step[i] / times[b] for b, i in enumerate(group) if b != a), jnp.zeros(L))
+            others = fixed + sum((average_load(plans[i], per_step[i], times[b]) for b, i in enumerate(group)
+                                  if b != a), jnp.zeros(L))
             results[j] = job_step(j, network, others, job_logits(logits, j))
         sweeps.append(k)
         change.append(last)
@@ -241,12 +287,12 @@ def evaluate_fleet(plans: list[TrainingPlan], network: Network, options: Options
     kv = {}
     if transfers:
         times = [r.step_time for r in results]
-        total = fixed + sum((per_step[i] / times[i] for i in range(len(plans))), jnp.zeros(L))
+        total = fixed + sum((average_load(plans[i], per_step[i], times[i]) for i in range(len(plans))), jnp.zeros(L))
         capacity = residual_capacity(network.capacity, total, info)
     for name, rp in transfers:  # one request's transfer, on top of every workload's average load
         kv[name] = phase_time(rp, capacity, network.latency, options)
-    rec = [isinstance(plan, RecommendationPlan) for plan in plans]
-    return FleetResult(steps={plan.job.name: r for plan, r, is_rec in zip(plans, results, rec) if not is_rec},
-                       kv_transfer_s=kv, iterations=functools.reduce(jnp.maximum, sweeps), change=change,
-                       converged=change <= options.fleet_tol,
-                       recommendation={plan.job.name: r for plan, r, is_rec in zip(plans, results, rec) if is_rec})
+    by_kind = {kind: {} for kind in ("steps", *KINDS)}
+    for plan, r in zip(plans, results):
+        by_kind[plan_kind(plan)][plan.job.name] = r
+    return FleetResult(kv_transfer_s=kv, iterations=functools.reduce(jnp.maximum, sweeps), change=change,
+                       converged=change <= options.fleet_tol, **by_kind)

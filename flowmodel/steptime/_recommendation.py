@@ -58,6 +58,28 @@ class RecommendationPlan:
     domains: dict[str, str]
     sizes: dict[str, tuple[str, float, int]]  # kind -> (collective, bytes per rank, ranks per group)
 
+    KIND = "recommendation"  # the FleetResult field its results land in (steptime/_fleet.py's plan protocol)
+    SERVICE = False  # closed loop: its average load is bytes per iteration / iteration time
+
+    def phases(self) -> dict[str, RoutedPhase]:
+        return recommendation_phases(self)
+
+    def calls(self, name: str) -> float:
+        return 1.0
+
+    def bytes(self, num_links: int, *, logits=None):
+        return recommendation_bytes(self, num_links, logits=logits)
+
+    def evaluate(self, network: Network, options: Options = EXACT, *, info=None, background=None, logits=None):
+        return iteration_time(self, network, options, info=info, background=background, logits=logits)
+
+    def map_phases(self, fn) -> RecommendationPlan:
+        return dataclasses.replace(self, **{k: fn(k, v) for k, v in self.phases().items()})
+
+    def figures(self, result=None) -> dict:
+        """run.json's extra figures for this job (``result``: its evaluated ``StepResult``)."""
+        return {"embedding_bytes_per_gpu": self.job.embedding_bytes()}
+
 
 def plan_recommendation(job: Recommendation, info: FabricInfo, router: Router, *, policy: str = "ecmp",
                         seed: int = 0, qps: int = 4) -> RecommendationPlan:
