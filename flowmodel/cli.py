@@ -327,15 +327,15 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
     spread = {"statistic": describe(scenario.routing, report_seeds), "routing_seeds": list(report_seeds)}
     for k, r in zip(("baseline", "optimized"), runs):
         spread[f"{k}_step_time_stats_s"] = statistics(np.asarray(r.step_time))
-        spread[f"{k}_job_step_time_stats_s"] = {n: statistics(np.asarray(j.step_time)) for n, j in r.steps.items()}
+        spread[f"{k}_job_step_time_stats_s"] = {n: statistics(np.asarray(j.step_time)) for n, j in r.jobs.items()}
     result = {"scenario": scenario.name, "units": UNITS, "objective": o.objective, "search_rates": o.search,
               "search_seeds": list(search_seeds), "search_statistic": describe(scenario.routing, search_seeds),
               "baseline_objective": res.baseline, "optimized_objective": res.optimized,
               "searched_objective": searched,
               "baseline_step_time_s": mean_step[0], "optimized_step_time_s": mean_step[1],
               "over_seeds": spread,
-              "baseline_job_step_times_s": {n: float(r.step_time) for n, r in before.steps.items()},
-              "optimized_job_step_times_s": {n: float(r.step_time) for n, r in after.steps.items()},
+              "baseline_job_step_times_s": {n: float(r.step_time) for n, r in before.jobs.items()},
+              "optimized_job_step_times_s": {n: float(r.step_time) for n, r in after.jobs.items()},
               "parameters": res.parameters,
               "baseline_parameters": {g: {"value": v, "unit": model.info.groups[g].unit}
                                       for g, v in baseline_values.items()},
@@ -344,8 +344,8 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
               "refine_evaluations": done.evaluations, "polish_gradients": done.gradients,
               "more_budget_buys_nothing": done.buys_nothing, "least_cost_saved": done.saved,
               "history": [float(h) for h in res.history], "restarts": res.restarts,
-              "baseline_breakdown_s": _floats(before.steps[before.critical()].breakdown),
-              "optimized_breakdown_s": _floats(after.steps[after.critical()].breakdown)}
+              "baseline_breakdown_s": _floats(before.jobs[before.critical()].breakdown),
+              "optimized_breakdown_s": _floats(after.jobs[after.critical()].breakdown)}
     plots.loss_curve(res.history, os.path.join(out, "optimize_loss.png"),
                      exact={"baseline (exact)": res.baseline, "search end (exact)": searched,
                             "refined (exact)": res.optimized})
@@ -379,7 +379,7 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
                   f"{b['min']:.4f}, max {b['max']:.4f}) -> {a['mean']:.4f} s (min {a['min']:.4f}, max {a['max']:.4f});"
                   + (f" searched on seed {search_seeds[0]} only (--seeds N searches the mean over N)"
                      if len(search_seeds) == 1 else " searched on their mean"))
-        if len(before.steps) > 1:
+        if len(before.jobs) > 1:
             print("  jobs: " + ", ".join(f"{n} {result['baseline_job_step_times_s'][n]:.4f} -> {t:.4f} s"
                                          for n, t in result["optimized_job_step_times_s"].items()))
         for name, p in res.parameters.items():
@@ -417,7 +417,7 @@ def sweep_evaluation(model, batch=None):
     def evaluate(point):
         net = fabric.apply_groups(model.network, model.info, point)
         fleet = batch.fleet(net, options) if seeded else model.fleet(net, options)
-        steps = list(fleet.steps.values())
+        steps = list(fleet.steps.values())  # training jobs: their breakdowns share keys
         times = jnp.stack([r.step_time for r in steps])  # [jobs] or [jobs, seeds]
         slowest = jnp.argmax(times, axis=0)
 

@@ -311,7 +311,7 @@ def time_to_train(job: JobReliability, model: Model, network: Network | None = N
         tau = jnp.maximum(tau, write)
         on_links = link_bytes(job.storage.write, jnp.full(job.storage.write.shape[0], job.storage.shard),
                               L + 2 * job.storage.num_sites)[:L]
-        loaded = evaluate_fleet(list(model.plans), network, options, fixed_load=model.fixed_load + on_links / tau,
+        loaded = evaluate_fleet(list(model.all_plans), network, options, fixed_load=model.fixed_load + on_links / tau,
                                 transfers=model.transfers, info=model.info).steps[name].step_time
         mean = mean + (loaded - healthy)
     work = job.steps * mean

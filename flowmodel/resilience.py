@@ -209,14 +209,14 @@ def _seeded_times(model: Model, seeds) -> tuple[dict[str, np.ndarray], dict[str,
     n = 1 if seeds is None else len(seeds)
     steps = {job.name: np.full(n, np.inf) for job in model.scenario.training if job.name in model.lost}
     kv = {inf.name: np.full(n, np.inf) for inf in model.scenario.inference if inf.name in model.lost}
-    if model.plans or model.transfers:
+    if model.all_plans or model.transfers:
         if seeds is None:
             fleet = jax.tree.map(lambda x: np.asarray(x)[None], model.evaluate())
         else:
             from .seeds import SeedSet
 
             fleet = SeedSet(model, seeds).evaluate()
-        steps.update({name: np.asarray(r.step_time, np.float64) for name, r in fleet.steps.items()})
+        steps.update({name: np.asarray(r.step_time, np.float64) for name, r in fleet.jobs.items()})
         kv.update({name: np.asarray(v, np.float64) for name, v in fleet.kv_transfer_s.items()})
     return steps, kv
 

@@ -411,17 +411,19 @@ class Model:
 
     def score(self, fleet: FleetResult, objective: str = "step_time", kv_weight: float = 0.0):
         """One number of a fleet result (differentiable): ``step_time``, the slowest job's; or
-        ``throughput``, the GPU-weighted mean step time of the training jobs, sum_j G_j t_j / sum_j G_j,
+        ``throughput``, the GPU-weighted mean step time of the jobs (training, recommendation, RL),
+        sum_j G_j t_j / sum_j G_j,
         plus ``kv_weight`` x each inference service's KV transfer time (every job's bottleneck has a
         gradient, not only the slowest one's)."""
         if objective == "step_time":
             return fleet.step_time
         if objective != "throughput":
             raise ValueError(f"optimize.objective: must be step_time or throughput here, got {objective!r}")
-        gpus = {plan.job.name: plan.job.parallelism.size for plan in self.plans}
+        gpus = {plan.job.name: plan.job.job_ranks(self.info.num_gpus).size for plan in self.all_plans
+                if not getattr(plan, "SERVICE", False)}
         if not gpus:
             raise ValueError("optimize.objective: throughput needs a training job")
-        mean = sum(gpus[name] * r.step_time for name, r in fleet.steps.items()) / sum(gpus.values())
+        mean = sum(gpus[name] * r.step_time for name, r in fleet.jobs.items()) / sum(gpus.values())
         return mean + kv_weight * sum(fleet.kv_transfer_s.values())
 
     def objective(self, options: Options | None = None, *, objective: str = "step_time", kv_weight: float = 0.0,

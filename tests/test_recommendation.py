@@ -114,6 +114,9 @@ def test_a_recommendation_job_shares_the_fabric_with_a_training_job():
     shared = fleet_result.recommendation["rec"]
     assert float(shared.step_time) > float(alone.step_time) * 1.001
     assert fleet_result.critical() in ("rec", "llm") and int(fleet_result.iterations) >= 1
+    # the throughput objective weighs every job by its GPUs, the recommendation job's iteration included
+    t = {name: float(r.step_time) for name, r in fleet_result.jobs.items()}
+    assert float(both.score(fleet_result, "throughput")) == pytest.approx((8 * t["rec"] + 8 * t["llm"]) / 16)
 
 
 def test_run_json_reports_the_iteration_in_parts(tmp_path):
