@@ -54,7 +54,7 @@ from .fabric import Clos, Fleet, LongHaul, ScaleUp, Site, full_mesh, ring
 from .optimize import CostModel, Knob
 from .scenario import FailureSet, Routing, Scenario, Search, SweepGrid, is_link_group
 from .steptime import CABLES, SWITCHES, Component, Congestion, Options, Reliability
-from .traffic import Background, Inference, Model, Parallelism, Recommendation, Training
+from .traffic import RL, Agentic, Background, Inference, Model, Parallelism, Recommendation, Serving, Training
 
 
 class ConfigError(ValueError):
@@ -212,6 +212,51 @@ def _recommendation(read: Read) -> Recommendation:
     return _make(Recommendation, dict(RECOMMENDATION.fields(read.values), ranks=ranks), read.where)
 
 
+def _serving(fields: dict, given: set, fleet: Fleet, ranks, model: Model, where: str) -> dict:
+    """``fields`` with peak_flops, hbm_bandwidth and host_bandwidth the file did not set taken from the
+    accelerators of the sites ``ranks`` are on, and the first two folded into a ``Serving``."""
+    try:
+        figures = hardware.serving_figures(fleet, ranks, model.dtype_bytes)
+    except ValueError as e:
+        _fail(where, str(e))
+    for key, value in figures.items():
+        if key not in given:
+            fields[key] = value
+    serving = {k: fields.pop(k) for k in ("peak_flops", "hbm_bandwidth", "efficiency")}
+    fields["serving"] = _make(Serving, {k: v for k, v in serving.items() if v is not None}, where, "serving")
+    if fields.get("host_bandwidth") is None:
+        fields.pop("host_bandwidth", None)
+    return fields
+
+
+def _rl(read: Read, fleet: Fleet) -> RL:
+    """An RL workload on ``fleet``: its trainer is a training job (``_training``); the generators'
+    figures come from their sites' accelerators unless set."""
+    values, given, where = read.values, read.given, read.where
+    trainer = values["trainer"]
+    if "name" not in trainer.given:
+        trainer = trainer._replace(values={**trainer.values, "name": f"{values['name']}/trainer"})
+    trainer = _training(trainer, fleet)
+    total = fleet.num_gpus
+    if max(trainer.ranks) >= total:
+        _fail(f"{where}.trainer", f"needs GPUs {min(trainer.ranks)}..{max(trainer.ranks)}, the fabric has {total}")
+    generators = values["generators"] or ()
+    ranks = [r for g in generators for r in g] or list(trainer.ranks)
+    if max(ranks) >= total:
+        _fail(f"{where}.generators", f"needs GPUs {min(ranks)}..{max(ranks)}, the fabric has {total}")
+    fields = dict(RL_SECTION.fields(values), trainer=trainer, generators=tuple(generators))
+    return _make(RL, _serving(fields, given, fleet, ranks, trainer.model, where), where)
+
+
+def _agentic(read: Read, fleet: Fleet) -> Agentic:
+    values, given, where = read.values, read.given, read.where
+    ranks = [r for i in values["instances"] for r in i]
+    if max(ranks) >= fleet.num_gpus:
+        _fail(f"{where}.instances", f"needs GPUs {min(ranks)}..{max(ranks)}, the fabric has {fleet.num_gpus}")
+    fields = _serving(AGENTIC.fields(values), given, fleet, ranks, values["model"], where)
+    return _make(Agentic, fields, where)
+
+
 def _instances(read: Read) -> tuple[tuple[int, ...], ...]:
     first, count, tp = read.values["first_rank"], read.values["instances"], read.values["tp"]
     if count < 1 or tp < 1:
@@ -249,8 +294,11 @@ def _scenario(read: Read) -> Scenario:
     training = tuple(_training(job, fab["fleet"]) for job in wl["training"] or ())
     inference = tuple(wl["inference"] or ())
     recommendation = tuple(wl["recommendation"] or ())
-    if not training and not inference and not recommendation:
-        _fail("workloads", "needs at least one training job or inference service (or a recommendation job)")
+    rl = tuple(_rl(job, fab["fleet"]) for job in wl["rl"] or ())
+    agentic = tuple(_agentic(job, fab["fleet"]) for job in wl["agentic"] or ())
+    if not training and not inference and not recommendation and not rl and not agentic:
+        _fail("workloads", "needs at least one training job or inference service (or a recommendation, rl or "
+                           "agentic workload)")
     total = fab["fleet"].num_gpus
     for key, jobs in (("training", training), ("recommendation", recommendation)):
         for i, job in enumerate(jobs):
@@ -258,7 +306,7 @@ def _scenario(read: Read) -> Scenario:
                 _fail(f"workloads.{key}[{i}]", f"needs GPUs {min(job.ranks)}..{max(job.ranks)}, the fabric has {total}")
     return _make(Scenario, dict(SCENARIO.fields(read.values), fleet=fab["fleet"], routing=fab["routing"],
                                 training=training, inference=inference, background=tuple(wl["background"] or ()),
-                                recommendation=recommendation), read.where)
+                                recommendation=recommendation, rl=rl, agentic=agentic), read.where)
 
 
 SCALE_UP = Section({
@@ -431,12 +479,66 @@ RECOMMENDATION = Section({
     "hbm_bandwidth": Key("bandwidth", "the rate of embedding lookups and updates (the default: H100 SXM)"),
     "algorithm": Key("str", "all-reduce algorithm of the dense gradients: `ring` or `tree`"),
 }, target=Recommendation, convert=_recommendation)
+RL_TRAINER = Section({**TRAINING, "name": Key("str", "label (default `<rl name>/trainer`)", None)},
+                     target=Training, convert=_given)
+SERVING_KEYS = {
+    "peak_flops": Key("float", "per-GPU dense peak of the inference GPUs, FLOP/s (default: their sites' "
+                               "accelerator's in the model's dtype; without one, H100 SXM BF16)", None),
+    "hbm_bandwidth": Key("bandwidth", "per-GPU HBM bandwidth of the inference GPUs (default: as peak_flops)", None),
+    "efficiency": Key("float", "fraction of peak_flops prefill and decode matmuls reach, in (0, 1]",
+                      of(Serving, "efficiency")),
+    "host_bandwidth": Key("bandwidth", "each GPU's host link (PCIe, NVLink-C2C), each way (default: its site's "
+                                       "accelerator's; without one, PCIe Gen5 x16)", None),
+}
+RL_SECTION = Section({
+    "name": Key("str", "unique workload name", REQUIRED),
+    "trainer": Key(RL_TRAINER, "the trainer: a training job (keys as workloads.training)", REQUIRED, None),
+    "generators": Key(INSTANCES, "generator instances on their own GPUs; absent: co-located on the trainer's GPUs, "
+                                 "taking turns with it", None),
+    "generator_tp": Key("int", "co-located: GPUs per generator instance (consecutive trainer ranks)"),
+    "rollouts": Key("int", "sequences generated per iteration, spread over the instances", REQUIRED),
+    "prompt_tokens": Key("int", "tokens per prompt", REQUIRED),
+    "response_tokens": Key("int", "tokens generated per sequence", REQUIRED),
+    "sync": Key("str", "weight sync: `broadcast` (buckets down a chain over every generator GPU, "
+                       "checkpoint-engine's default) or `p2p` (each generator GPU fetches its own shard)"),
+    "bucket": Key("size", "broadcast bucket size", field="bucket_bytes"),
+    "weights_in_host": Key("bool", "the weights wait in host memory: each bucket (piece) crosses its owner's host "
+                                   "link first"),
+    "weight_bytes": Key("int", "bytes per synced parameter (default: the model's dtype_bytes)"),
+    "rollout_bytes_per_token": Key("int", "bytes per rollout token sent back to the trainer"),
+    "train_steps": Key("int", "trainer optimizer steps per iteration"),
+    "schedule": Key("str", "`synchronous` or `one_step_off` (generation overlaps training; needs generators of "
+                           "their own)"),
+    **SERVING_KEYS,
+}, target=RL, convert=_given)  # built by _scenario, on the fleet's accelerators (_rl)
+AGENTIC = Section({
+    "name": Key("str", "unique workload name", REQUIRED),
+    "model": Key("model", "a preset name or a model mapping", REQUIRED),
+    "instances": Key(INSTANCES, "the serving instances", REQUIRED),
+    "requests_per_s": Key("float", "request rate of the whole service", REQUIRED),
+    "context_tokens": Key("int", "the context a request starts with (long context: documents, history)", REQUIRED),
+    "output_tokens": Key("int", "tokens generated per model call", REQUIRED),
+    "turns": Key("int", "model calls per request (turns - 1 tool calls between them)"),
+    "tool_tokens": Key("int", "tokens each tool result adds to the context"),
+    "tool_seconds": Key("time", "CPU time of each tool call"),
+    "prefix_hit_rate": Key("float", "fraction of the starting context whose KV cache the store holds (fetched over "
+                                    "the fabric instead of prefilled), in [0, 1]"),
+    "batch": Key("int", "requests decoded together on an instance"),
+    "offload": Key("bool", "the request's KV cache goes to host memory during each tool call and comes back"),
+    "write_back": Key("bool", "the final KV cache goes to the store (its bytes load the fabric, off the latency)"),
+    "storage_bandwidth": Key("bandwidth", "each site's KV-cache store, in and out"),
+    **SERVING_KEYS,
+}, target=Agentic, convert=_given)  # built by _scenario, on the fleet's accelerators (_agentic)
 WORKLOADS = Section({
     "training": Key([TRAINING], "training jobs (the step time is the slowest job's)", None),
     "inference": Key([INFERENCE], "disaggregated inference services (constant load + KV transfer time)", None),
     "background": Key([BACKGROUND], "constant-rate traffic classes (storage, agentic, telemetry)", None),
     "recommendation": Key([RECOMMENDATION], "DLRM-class training jobs: embedding all-to-alls and the dense "
                                             "all-reduce on the fabric, per iteration", None),
+    "rl": Key([RL_SECTION], "RL post-training: trainer, rollout generators, weight sync and rollouts on the fabric, "
+                            "per iteration", None),
+    "agentic": Key([AGENTIC], "agentic inference: long-context multi-turn requests, KV cache fetched from storage "
+                              "and offloaded to host memory, per request", None),
 })
 OPTIONS = Section({  # YAML `model` -> Options; window and the queue shape -> Options.congestion
     "sharpness": Key("float", "sharpness of the smooth rates the optimizer searches with"),

@@ -46,6 +46,8 @@ class Accelerator:
         (NVLink's "900 GB/s" for H100 is both directions together: 450e9 here).
       scale_up_topology: ``switch`` (NVSwitch) or ``full_mesh`` (direct links to each peer, MI300X).
       nics_per_gpu, nic_speed: scale-out NICs per GPU and each one's speed (bytes/s).
+      host_bandwidth: each GPU's link to its host's CPU memory, bytes/s per direction (PCIe Gen5 x16:
+        64e9; NVLink-C2C on Grace superchips): KV-cache offload and weights staged in host memory cross it.
       sources: (field, where the figure comes from) pairs; docs/sources.md cites each in full.
     """
 
@@ -57,6 +59,7 @@ class Accelerator:
     scale_up_bandwidth: float
     nic_speed: float
     nics_per_gpu: int = 1
+    host_bandwidth: float = 64e9
     scale_up_topology: str = "switch"
     fp8_flops: float | None = None
     fp16_flops: float | None = None
@@ -67,9 +70,9 @@ class Accelerator:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"accelerator.name: must be a non-empty string, got {self.name!r}")
         for field, kind in (("hbm", "size"), ("hbm_bandwidth", "bandwidth"), ("scale_up_bandwidth", "bandwidth"),
-                            ("nic_speed", "bandwidth")):
+                            ("nic_speed", "bandwidth"), ("host_bandwidth", "bandwidth")):
             object.__setattr__(self, field, _units.coerce(getattr(self, field), kind, f"accelerator.{field}"))
-        for field in ("bf16_flops", "hbm", "hbm_bandwidth", "scale_up_bandwidth", "nic_speed"):
+        for field in ("bf16_flops", "hbm", "hbm_bandwidth", "scale_up_bandwidth", "nic_speed", "host_bandwidth"):
             check_number(f"accelerator.{field}", getattr(self, field), strict=True)
         for dtype in DTYPES[1:]:
             if getattr(self, f"{dtype}_flops") is not None:
@@ -116,6 +119,7 @@ AMD_MI300X = "AMD Instinct MI300X data sheet"
 ROCM_MI300X = "ROCm MI300X workload tuning guide (node-level architecture)"
 AZURE_MI300X = "Azure ND MI300X v5-series specifications"
 ILLUSTRATIVE = "illustrative round figures, no product"
+PCIE5 = "PCI Express Base Specification 5.0 (x16 link)"
 
 
 def _sourced(**figures):
@@ -132,32 +136,34 @@ PRESETS: dict[str, Accelerator] = {
         name="h100_hgx", bf16_flops=(989.4e12, NVIDIA_H100), fp16_flops=(989.4e12, NVIDIA_H100),
         fp8_flops=(1978.9e12, NVIDIA_H100), tf32_flops=(494.7e12, NVIDIA_H100), hbm=(80e9, NVIDIA_H100),
         hbm_bandwidth=(3.35e12, NVIDIA_H100), scale_up_size=(8, NVIDIA_HGX), scale_up_bandwidth=(450e9, NVIDIA_H100),
-        nics_per_gpu=(1, NVIDIA_HGX), nic_speed=(50e9, NVIDIA_HGX))),
+        nics_per_gpu=(1, NVIDIA_HGX), nic_speed=(50e9, NVIDIA_HGX), host_bandwidth=(64e9, NVIDIA_H100))),
     # B200 on an 8-GPU HGX board (1,000 W configuration); NVLink 5: 1.8 TB/s per GPU = 900 GB/s each way.
     "b200_hgx": Accelerator(**_sourced(
         name="b200_hgx", bf16_flops=(2.25e15, NVIDIA_GB200), fp16_flops=(2.25e15, NVIDIA_GB200),
         fp8_flops=(4.5e15, NVIDIA_GB200), tf32_flops=(1.1e15, NVIDIA_GB200), hbm=(180e9, NVIDIA_GB200),
         hbm_bandwidth=(7.7e12, NVIDIA_GB200), scale_up_size=(8, NVIDIA_HGX), scale_up_bandwidth=(900e9, NVIDIA_GB200),
-        nics_per_gpu=(1, NVIDIA_HGX), nic_speed=(50e9, NVIDIA_HGX))),
+        nics_per_gpu=(1, NVIDIA_HGX), nic_speed=(50e9, NVIDIA_HGX), host_bandwidth=(64e9, PCIE5))),
     # GB200 NVL72: 72 Blackwell GPUs (1,200 W configuration) in one NVLink 5 domain, 900 GB/s each way per GPU.
     "gb200_nvl72": Accelerator(**_sourced(
         name="gb200_nvl72", bf16_flops=(2.5e15, NVIDIA_GB200), fp16_flops=(2.5e15, NVIDIA_GB200),
         fp8_flops=(5e15, NVIDIA_GB200), tf32_flops=(1.25e15, NVIDIA_GB200), hbm=(186e9, NVIDIA_GB200),
         hbm_bandwidth=(8e12, NVIDIA_GB200), scale_up_size=(72, NVIDIA_GB200),
-        scale_up_bandwidth=(900e9, NVIDIA_NVLINK), nics_per_gpu=(1, MLPERF_GB200), nic_speed=(50e9, MLPERF_GB200))),
+        scale_up_bandwidth=(900e9, NVIDIA_NVLINK), nics_per_gpu=(1, MLPERF_GB200), nic_speed=(50e9, MLPERF_GB200),
+        host_bandwidth=(225e9, NVIDIA_GB200))),
     # MI300X on an 8-GPU platform: seven Infinity Fabric links of 128 GB/s (both directions), one to each peer:
     # 448 GB/s each way per GPU, 64 GB/s to each peer.
     "mi300x": Accelerator(**_sourced(
         name="mi300x", bf16_flops=(1307.4e12, AMD_MI300X), fp16_flops=(1307.4e12, AMD_MI300X),
         fp8_flops=(2614.9e12, AMD_MI300X), tf32_flops=(653.7e12, AMD_MI300X), hbm=(192e9, AMD_MI300X),
         hbm_bandwidth=(5.3e12, AMD_MI300X), scale_up_size=(8, ROCM_MI300X), scale_up_bandwidth=(448e9, ROCM_MI300X),
-        scale_up_topology=("full_mesh", ROCM_MI300X), nics_per_gpu=(1, AZURE_MI300X), nic_speed=(50e9, AZURE_MI300X))),
+        scale_up_topology=("full_mesh", ROCM_MI300X), nics_per_gpu=(1, AZURE_MI300X), nic_speed=(50e9, AZURE_MI300X),
+        host_bandwidth=(64e9, AMD_MI300X))),
     # A slower building's accelerator for studies (half an H100 in compute, a 200 Gbps NIC): no product.
     "generic": Accelerator(**_sourced(
         name="generic", bf16_flops=(500e12, ILLUSTRATIVE), fp16_flops=(500e12, ILLUSTRATIVE),
         fp8_flops=(1e15, ILLUSTRATIVE), tf32_flops=(250e12, ILLUSTRATIVE), hbm=(64e9, ILLUSTRATIVE),
         hbm_bandwidth=(2e12, ILLUSTRATIVE), scale_up_size=(8, ILLUSTRATIVE), scale_up_bandwidth=(200e9, ILLUSTRATIVE),
-        nics_per_gpu=(1, ILLUSTRATIVE), nic_speed=(25e9, ILLUSTRATIVE))),
+        nics_per_gpu=(1, ILLUSTRATIVE), nic_speed=(25e9, ILLUSTRATIVE), host_bandwidth=(32e9, ILLUSTRATIVE))),
 }
 
 
@@ -211,3 +217,25 @@ def stage_figures(fleet, parallelism, ranks, dtype_bytes: int, *, peak_flops: fl
         flops.append(float(min(stage_flops)))
         memory.append(float(min(stage_hbm)))
     return (tuple(flops), tuple(memory)) if any_site else None
+
+
+def accelerator_of(fleet, rank: int) -> Accelerator | None:
+    """The accelerator of the site GPU ``rank`` is on (None: a site without one, or beyond the fleet)."""
+    ends = np.cumsum([site.num_gpus for site in fleet.sites])
+    i = int(np.searchsorted(ends, rank, side="right"))
+    return fleet.sites[i].accelerator if i < len(fleet.sites) else None
+
+
+def serving_figures(fleet, ranks, dtype_bytes: int) -> dict[str, float]:
+    """peak_flops (in the model's dtype), hbm_bandwidth and host_bandwidth of inference GPUs ``ranks``
+    from their sites' accelerators: the slowest where they span several; empty when none has one."""
+    accs = [a for a in {accelerator_of(fleet, int(r)) for r in ranks} if a is not None]
+    if not accs:
+        return {}
+    dtype = DTYPE_OF_BYTES.get(dtype_bytes)
+    if dtype is None:
+        raise ValueError(f"model.dtype_bytes: {dtype_bytes} has no matmul dtype to read the accelerator's peak at "
+                         f"(1: fp8, 2: bf16, 4: tf32); set peak_flops")
+    return {"peak_flops": min(a.peak_flops(dtype) for a in accs),
+            "hbm_bandwidth": min(a.hbm_bandwidth for a in accs),
+            "host_bandwidth": min(a.host_bandwidth for a in accs)}

@@ -251,7 +251,7 @@ def _numbers(values: np.ndarray) -> np.ndarray:
 def _per_link(routes, values, num_links: int) -> np.ndarray:
     """float64[L] per-link sums of per-flow ``values`` over every hop (NumPy: a report compiles nothing)."""
     routes = np.asarray(routes)
-    hops = routes >= 0
+    hops = (routes >= 0) & (routes < num_links)  # a host or storage link beside the fabric is not reported
     values = np.broadcast_to(np.asarray(values, np.float64)[:, None], routes.shape)
     return np.bincount(routes[hops], weights=values[hops], minlength=num_links)
 
@@ -278,7 +278,7 @@ def replay_phase(workload, name, rp, calls, capacity, latency, options, start_ti
     first = float(np.asarray(events.time)[0])
     last = float(np.max(np.asarray(finish)))
     return PhaseLoad(workload, name, collective_of(name), float(calls), first, last - first,
-                     _per_link(sub.routes, sizes, L), np.asarray(loads.peak, np.float64),
+                     _per_link(sub.routes, sizes, L), np.asarray(loads.peak, np.float64)[:L],
                      flow_finish, flow_finish - begin)
 
 

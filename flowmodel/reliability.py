@@ -55,7 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _units
-from .fabric import Network, Tier
+from .fabric import Network
 from .kernels import completion_times, incidence, link_bytes
 from .resilience import Failure, carry_groups, failed
 from .scenario import Model, ScenarioWarning
@@ -72,11 +72,11 @@ from .steptime import (
     step_bytes,
     young_daly,
 )
+from .steptime._attached import climb, down
 
 DAY = 86400.0  # seconds; failure rates are given per component-day
 UNITS = {"_days": "days", "_per_day": "per day", "effective": "healthy time / expected time",
          "effective_training_time": "healthy time / expected time", "rate_per_day": "per component per day"}
-_CLIMB = (Tier.NIC, Tier.LEAF_SPINE, Tier.SPINE_AGGREGATION)  # the scale-out path up to the storage
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -140,30 +140,15 @@ def _section(model: Model) -> Reliability:
 def _storage_traffic(model: Model, ranks: np.ndarray, shard: float) -> StorageTraffic:
     info = model.info
     L = info.num_links
-    up: dict[int, list[int]] = {}
-    for i in np.flatnonzero((info.direction == "up") & np.isin(info.tier, _CLIMB)):
-        up.setdefault(int(info.src[i]), []).append(int(i))
-    reverse = {(int(u), int(v)): i for i, (u, v) in enumerate(zip(info.src, info.dst))}
     sites = sorted({info.site_of(int(info.gpus[r])) for r in ranks})
-    paths = []
-    for r in ranks.tolist():
-        node, radix, path = int(info.gpus[r]), 1, []
-        while node in up:
-            links = up[node]
-            path.append(links[(r // radix) % len(links)])
-            radix *= len(links)
-            node = int(info.dst[path[-1]])
-        if not path:
-            raise ValueError(f"reliability.storage: GPU rank {r} has no scale-out path to its site's storage")
-        paths.append(path)
+    paths = climb(info, ranks, "reliability.storage")
     H = max(len(p) for p in paths) + 1
     write = np.full((len(paths), H), -1, np.int32)
     read = np.full((len(paths), H), -1, np.int32)
     for f, (r, path) in enumerate(zip(ranks.tolist(), paths)):
         s = sites.index(info.site_of(int(info.gpus[r])))
         write[f, :len(path) + 1] = path + [L + s]
-        read[f, :len(path) + 1] = [L + len(sites) + s] + [reverse[(int(info.dst[i]), int(info.src[i]))]
-                                                          for i in reversed(path)]
+        read[f, :len(path) + 1] = [L + len(sites) + s] + down(info, path)
     return StorageTraffic(write, read, shard, len(sites))
 
 

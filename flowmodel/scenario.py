@@ -48,13 +48,20 @@ from .steptime import (
     constant_load,
     coupling_groups,
     evaluate_fleet,
+    plan_agentic,
     plan_recommendation,
+    plan_rl,
     plan_training,
     residual_capacity,
     route_phase,
     routed_phases,
 )
-from .traffic import Background, Inference, Recommendation, Training
+from .traffic import RL, Agentic, Background, Inference, Recommendation, Training
+
+
+# scenario key -> planner(job, info, router, policy=, seed=, qps=) of the workloads beside training, in the
+# order of steptime.KINDS
+PLANNERS = {"recommendation": plan_recommendation, "rl": plan_rl, "agentic": plan_agentic}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,6 +258,8 @@ class Scenario:
     inference: tuple[Inference, ...] = ()
     background: tuple[Background, ...] = ()
     recommendation: tuple[Recommendation, ...] = ()
+    rl: tuple[RL, ...] = ()
+    agentic: tuple[Agentic, ...] = ()
     options: Options = EXACT
     optimize: Search | None = None
     sweep: SweepGrid | None = None
@@ -258,11 +267,11 @@ class Scenario:
     reliability: Reliability | None = None
 
     def __post_init__(self):
-        for key in ("training", "inference", "background", "recommendation"):
+        for key in ("training", "inference", "background", *PLANNERS):
             object.__setattr__(self, key, tuple(getattr(self, key)))
-        if not self.training and not self.inference and not self.recommendation:
+        if not self.training and not self.inference and not any(getattr(self, key) for key in PLANNERS):
             raise ValueError("workloads: needs at least one training job or inference service "
-                             "(or a recommendation job)")
+                             "(or a recommendation, rl or agentic workload)")
         if self.reliability is not None and all(job.training_steps is None for job in self.training):
             raise ValueError("workloads.training: the reliability section needs a training job with tokens or steps")
         if self.optimize is not None and self.optimize.routing == "wcmp" and self.routing.policy != "wcmp":
@@ -274,6 +283,11 @@ class Scenario:
             if value is None:
                 raise ValueError(f"optimize.objective: {self.optimize.objective} needs a {section} section")
 
+    @property
+    def jobs(self) -> tuple:
+        """Every workload that owns its GPUs: training jobs, then the planned kinds (``PLANNERS``)."""
+        return (*self.training, *(job for key in PLANNERS for job in getattr(self, key)))
+
     def warnings(self) -> list[str]:
         """What is legal but probably not meant: GPUs no workload uses, a job whose estimated memory
         per GPU (``Training.memory``) exceeds its ``hbm``. ``prepare`` issues them as
@@ -281,7 +295,7 @@ class Scenario:
         out = []
         total = self.fleet.num_gpus
         busy = set()
-        for job in (*self.training, *self.recommendation):
+        for job in self.jobs:
             busy.update(job.job_ranks(total).tolist())
         for inf in self.inference:
             busy.update(r for instance in (*inf.prefill, *inf.decode) for r in instance)
@@ -318,8 +332,6 @@ def _spans(ranks: list[int]) -> str:
     return ", ".join(spans)
 
 
-# scenario key -> planner(job, info, router, policy=, seed=, qps=) of the workloads beside training
-PLANNERS = {"recommendation": plan_recommendation}
 
 
 class Model:
@@ -458,8 +470,7 @@ def prepare(scenario: Scenario, *, graph: nx.DiGraph | None = None, drop_lost: b
     say("build fabric")
     network, info = compile_table(build_table(scenario.fleet)) if graph is None else compile_fabric(graph)
     router = Router(info, max_paths=r.max_paths, site_paths=r.site_paths, seed=r.seed)
-    check_workloads(scenario.training + scenario.recommendation, scenario.inference, scenario.background,
-                    num_gpus=info.num_gpus)
+    check_workloads(scenario.jobs, scenario.inference, scenario.background, num_gpus=info.num_gpus)
     say("route workloads")
     plans, lost = [], {}
     for job in scenario.training:

@@ -43,6 +43,7 @@ from .steptime import (
     constant_load,
     coupling_groups,
     evaluate_fleet,
+    map_training_phases,
     plan_phases,
     residual_capacity,
 )
@@ -72,31 +73,27 @@ def describe(routing: Routing, seeds) -> str:
     seeds, name = list(seeds), {"ecmp": "ECMP", "qp_scaling": "QP-scaling"}[routing.policy]
     if len(seeds) == 1:
         return f"one {name} seed ({seeds[0]}); --seeds N gives the spread"
-    return f"mean over {len(seeds)} {name} seeds {seeds[0]}-{seeds[-1]}"
+    consecutive = seeds == list(range(seeds[0], seeds[0] + len(seeds)))
+    listed = f"{seeds[0]}-{seeds[-1]}" if consecutive else ", ".join(map(str, seeds))
+    return f"mean over {len(seeds)} {name} seeds {listed}"
 
 
 def statistics(values) -> dict[str, float]:
-    """mean, p5, p50, p95, min and max of ``values`` (percentiles interpolated linearly)."""
+    """mean, p5, p50, p95, min and max of ``values`` (percentiles interpolated linearly; a lost
+    workload's ``inf`` makes every figure from it ``inf``; NaN or no values is an error)."""
     v = np.asarray(values, np.float64).ravel()
+    if v.size == 0 or np.isnan(v).any():
+        raise ValueError(f"statistics: needs values that are numbers, got {v.size} value(s) "
+                         f"with {int(np.isnan(v).sum())} NaN")
     p5, p50, p95 = np.percentile(v, [5, 50, 95]) if np.isfinite(v).all() else (np.inf,) * 3
     return {"mean": float(v.mean()), "p5": float(p5), "p50": float(p50), "p95": float(p95),
             "min": float(v.min()), "max": float(v.max())}
 
 
 def _map_phases(plan, fn: Callable[[str, RoutedPhase], RoutedPhase]):
-    """``plan`` (training or recommendation) with every routed phase replaced by ``fn(name, phase)``
+    """``plan`` (training or any other plan) with every routed phase replaced by ``fn(name, phase)``
     (the names of ``steptime.plan_phases``)."""
-    if not isinstance(plan, TrainingPlan):
-        return plan.map_phases(fn)
-
-    def per_rank(direction, phases):
-        return [None if ps is None else [fn(f"{direction}[{s}][{i}]", ph) for i, ph in enumerate(ps)]
-                for s, ps in enumerate(phases)]
-
-    return dataclasses.replace(
-        plan, collectives={k: [fn(f"{k}[{i}]", ph) for i, ph in enumerate(v)] for k, v in plan.collectives.items()},
-        pp_forward=per_rank("pp_forward", plan.pp_forward), pp_backward=per_rank("pp_backward", plan.pp_backward),
-        dp=None if plan.dp is None else fn("dp", plan.dp))
+    return map_training_phases(plan, fn) if isinstance(plan, TrainingPlan) else plan.map_phases(fn)
 
 
 def _with_routes(rp: RoutedPhase, routes, table: Incidence | None = None) -> RoutedPhase:
@@ -163,7 +160,7 @@ class SeedSet:
 
         def reroute(rp: RoutedPhase) -> np.ndarray | None:
             """int32[S, N, H] routes of every seed; None where every seed routes the phase alike."""
-            if rp.sub is None:
+            if rp.sub is None or rp.attached is not None:  # pinned routes (host, storage): no seed changes them
                 return None
             blocks, c = [], None
             for s in self.seeds:

@@ -48,6 +48,9 @@ FIGURES = [
     ("generic", "hbm", 64e9, H.ILLUSTRATIVE), ("generic", "hbm_bandwidth", 2e12, H.ILLUSTRATIVE),
     ("generic", "scale_up_size", 8, H.ILLUSTRATIVE), ("generic", "scale_up_bandwidth", 200e9, H.ILLUSTRATIVE),
     ("generic", "nics_per_gpu", 1, H.ILLUSTRATIVE), ("generic", "nic_speed", 25e9, H.ILLUSTRATIVE),
+    ("h100_hgx", "host_bandwidth", 64e9, H.NVIDIA_H100), ("b200_hgx", "host_bandwidth", 64e9, H.PCIE5),
+    ("gb200_nvl72", "host_bandwidth", 225e9, H.NVIDIA_GB200), ("mi300x", "host_bandwidth", 64e9, H.AMD_MI300X),
+    ("generic", "host_bandwidth", 32e9, H.ILLUSTRATIVE),
 ]
 
 

@@ -20,6 +20,9 @@ link rate as its bus bandwidth, as nccl-tests would report:
 README's example); ``evaluate_fleet`` for several workloads at once.
 """
 
+from ._agentic import AgenticPlan as AgenticPlan
+from ._agentic import plan_agentic as plan_agentic
+from ._agentic import request_time as request_time
 from ._comm import DOMAINS as DOMAINS
 from ._comm import EXACT as EXACT
 from ._comm import Congestion as Congestion
@@ -57,6 +60,9 @@ from ._reliability import mean_step_time as mean_step_time
 from ._reliability import optimal_interval as optimal_interval
 from ._reliability import simulate as simulate
 from ._reliability import young_daly as young_daly
+from ._rl import RLPlan as RLPlan
+from ._rl import plan_rl as plan_rl
+from ._rl import iteration_time as rl_iteration_time
 from ._schedule import Schedule as Schedule
 from ._schedule import ScheduleTimes as ScheduleTimes
 from ._schedule import evaluate_schedule as evaluate_schedule
@@ -77,6 +83,7 @@ from ._training import TrainingPlan as TrainingPlan
 from ._training import calls_per_step as calls_per_step
 from ._training import compute_times as compute_times
 from ._training import dp_groups as dp_groups
+from ._training import map_training_phases as map_training_phases
 from ._training import plan_training as plan_training
 from ._training import routed_phases as routed_phases
 from ._training import step_bytes as step_bytes

@@ -219,6 +219,11 @@ class RoutedPhase:
 
     With the ``wcmp`` policy it keeps its candidate paths, and ``with_logits`` re-splits the flows
     (differentiably) for new per-candidate logits; the routes, hence the incidence, stay the same.
+
+    A phase may also cross links beside the fabric's (``attached``: float64[A] capacities of links
+    ``L .. L + A - 1``, latency 0; a GPU's host link, a site's storage: ``steptime/_attached.py``).
+    Its routes are then pinned (given, not drawn by a policy, so no routing seed changes them), and
+    the kernels time it on the fabric's capacities with these appended (``extended``).
     """
 
     phase: Phase
@@ -226,7 +231,8 @@ class RoutedPhase:
     sizes: np.ndarray
     domain: str
     candidates: Candidates | None = None
-    num_links: int = 0  # of the fabric the routes index
+    num_links: int = 0  # of the fabric the routes index (with the attached links, when there are some)
+    attached: np.ndarray | None = None
 
     @functools.cached_property
     def incidence(self) -> Incidence | None:
@@ -250,6 +256,15 @@ class RoutedPhase:
         if "incidence" in self.__dict__:  # same routes: keep the table already built
             split.__dict__["incidence"] = self.__dict__["incidence"]
         return split
+
+
+def extended(rp: RoutedPhase, capacity, latency):
+    """(capacity, latency) of the fabric's links with the phase's attached links appended (as given
+    without any)."""
+    if rp.attached is None:
+        return capacity, latency
+    extra = jnp.asarray(rp.attached, jnp.asarray(capacity).dtype)
+    return jnp.concatenate([capacity, extra]), jnp.concatenate([latency, jnp.zeros_like(extra)])
 
 
 def _incidence_for(rp: RoutedPhase, options: Options) -> Incidence | None:
@@ -307,6 +322,7 @@ def fluid_inputs(rp: RoutedPhase, capacity, latency, options: Options = EXACT, s
     ``phase_finish`` time a phase with these; the link view replays them). ``start_times``: float[F]
     per flow, or None."""
     sub = rp.sub
+    capacity, latency = extended(rp, capacity, latency)
     sizes = sub.sizes(rp.sizes)
     limit = _rate_limit(sub, latency, options.congestion)
     starts = None if start_times is None else jnp.asarray(start_times)[sub.parent]
@@ -328,6 +344,7 @@ def phase_time(rp: RoutedPhase, capacity, latency, options: Options = EXACT, *, 
         return jnp.zeros((), jnp.asarray(capacity).dtype)
     sub = rp.sub
     sizes, cap, weights, limit, starts = fluid_inputs(rp, capacity, latency, options, start_times)
+    capacity, latency = extended(rp, capacity, latency)
     if not options.smooth:
         finish = completion_times(sub.routes, sizes, cap, weights=weights, rate_limit=limit, start_times=starts,
                                   incidence=_incidence_for(rp, options), engine=options.engine)
@@ -354,6 +371,7 @@ def phase_finish(rp: RoutedPhase, capacity, latency, start_times, options: Optio
     """
     sub = rp.sub
     sizes, cap, weights, limit, starts = fluid_inputs(rp, capacity, latency, options, start_times)
+    capacity, latency = extended(rp, capacity, latency)
     finish = completion_times(sub.routes, sizes, cap, weights=weights, rate_limit=limit, start_times=starts,
                               incidence=_incidence_for(rp, options), engine=options.engine)
     busy = jnp.max(finish) - jnp.min(jnp.asarray(start_times)[sub.parent])
@@ -369,6 +387,7 @@ def smooth_phase_finish(rp: RoutedPhase, capacity, latency, start_times, options
     smooth ``phase_time`` from 0."""
     sub = rp.sub
     sizes, cap, weights, limit, starts = fluid_inputs(rp, capacity, latency, options, start_times)
+    capacity, latency = extended(rp, capacity, latency)
     rates = smooth_maxmin_rates(sub.routes, cap, weights=weights, rate_limit=limit, sharpness=options.sharpness)
     times = sizes / rates + starts
     temperature = jax.lax.stop_gradient(jnp.mean(times)) / options.sharpness

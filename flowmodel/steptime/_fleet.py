@@ -159,8 +159,9 @@ def average_load(plan, per_step, time):
     return per_step * plan.rate() if getattr(plan, "SERVICE", False) else per_step / time
 
 
-def plan_links(plan) -> np.ndarray:
-    """int64[] every link the plan's routed phases can use (WCMP: every candidate path's links)."""
+def plan_links(plan, num_links: int | None = None) -> np.ndarray:
+    """int64[] every link the plan's routed phases can use (WCMP: every candidate path's links); with
+    ``num_links``, the fabric's only (not the host and storage links a phase may have attached)."""
     parts = [np.zeros(0, np.int64)]
     for ph in plan_phases(plan).values():
         if ph.sub is not None:
@@ -168,7 +169,8 @@ def plan_links(plan) -> np.ndarray:
         if ph.candidates is not None:
             parts.append(np.asarray(ph.candidates.links).ravel())
     used = np.concatenate(parts)
-    return np.flatnonzero(np.bincount(used[used >= 0], minlength=1))  # a count, not a sort: O(hops)
+    keep = (used >= 0) if num_links is None else (used >= 0) & (used < num_links)
+    return np.flatnonzero(np.bincount(used[keep], minlength=1))  # a count, not a sort: O(hops)
 
 
 def coupling_groups(plans, num_links: int) -> tuple[tuple[int, ...], ...]:
@@ -176,7 +178,7 @@ def coupling_groups(plans, num_links: int) -> tuple[tuple[int, ...], ...]:
     jobs: connected components of "shares a link". A job alone in its group needs no coupling sweeps."""
     if not plans:
         return ()
-    links = [plan_links(p) for p in plans]
+    links = [plan_links(p, num_links) for p in plans]
     rows = np.concatenate([np.full(len(ls), j) for j, ls in enumerate(links)])
     cols = np.concatenate(links)
     if cols.size and cols.max() >= num_links:

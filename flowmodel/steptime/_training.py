@@ -34,6 +34,7 @@ from ._comm import (
     Options,
     RoutedPhase,
     domain_of,
+    extended,
     phase_finish,
     phase_time,
     residual_capacity,
@@ -225,6 +226,19 @@ def routed_phases(plan: TrainingPlan) -> dict[str, RoutedPhase]:
     return out
 
 
+def map_training_phases(plan: TrainingPlan, fn) -> TrainingPlan:
+    """``plan`` with every routed phase replaced by ``fn(name, phase)`` (the names of ``routed_phases``)."""
+
+    def per_rank(direction, phases):
+        return [None if ps is None else [fn(f"{direction}[{s}][{i}]", ph) for i, ph in enumerate(ps)]
+                for s, ps in enumerate(phases)]
+
+    return dataclasses.replace(
+        plan, collectives={k: [fn(f"{k}[{i}]", ph) for i, ph in enumerate(v)] for k, v in plan.collectives.items()},
+        pp_forward=per_rank("pp_forward", plan.pp_forward), pp_backward=per_rank("pp_backward", plan.pp_backward),
+        dp=None if plan.dp is None else fn("dp", plan.dp))
+
+
 def _layer_calls(job: Training, moe: bool) -> dict[str, int]:
     """Calls of each per-layer kind per layer and micro-batch, forward and backward (and the forward's
     again under full recomputation)."""
@@ -410,6 +424,7 @@ def _bound(ph: RoutedPhase, capacity, latency, step_latency, *, sub_mask=None, s
     the sub-flows in ``sub_mask`` with ``steps`` steps (one collective of a merged phase)."""
     if ph.sub is None:
         return 0.0
+    capacity, latency = extended(ph, capacity, latency)
     routes, sizes = ph.sub.routes, ph.sub.sizes(ph.sizes)  # NumPy, or traced (seeds batched by flowmodel.seeds)
     if sub_mask is not None:
         routes, sizes = routes[sub_mask], sizes[np.flatnonzero(sub_mask)]

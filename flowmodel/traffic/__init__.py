@@ -38,7 +38,10 @@ from ._collectives import bus_factor as bus_factor
 from ._collectives import double_binary_tree as double_binary_tree
 from ._collectives import reduce_scatter as reduce_scatter
 from ._collectives import send_recv as send_recv
+from ._agentic import Agentic as Agentic
 from ._recommendation import Recommendation as Recommendation
+from ._rl import RL as RL
+from ._serving import Serving as Serving
 from ._workload import Background as Background
 from ._workload import Inference as Inference
 from ._workload import Model as Model
