@@ -212,20 +212,19 @@ def _recommendation(read: Read) -> Recommendation:
     return _make(Recommendation, dict(RECOMMENDATION.fields(read.values), ranks=ranks), read.where)
 
 
-def _serving(fields: dict, given: set, fleet: Fleet, ranks, model: Model, where: str) -> dict:
-    """``fields`` with peak_flops, hbm_bandwidth and host_bandwidth the file did not set taken from the
-    accelerators of the sites ``ranks`` are on, and the first two folded into a ``Serving``."""
+def _serving(fields: dict, values: dict, given: set, fleet: Fleet, ranks, model: Model, where: str) -> dict:
+    """``fields`` with the inference GPUs' figures (``SERVING_KEYS``): peak_flops, hbm_bandwidth and
+    host_bandwidth the file did not set come from the accelerators of the sites ``ranks`` are on;
+    the compute figures become a ``Serving``."""
     try:
         figures = hardware.serving_figures(fleet, ranks, model.dtype_bytes)
     except ValueError as e:
         _fail(where, str(e))
-    for key, value in figures.items():
-        if key not in given:
-            fields[key] = value
-    serving = {k: fields.pop(k) for k in ("peak_flops", "hbm_bandwidth", "efficiency")}
-    fields["serving"] = _make(Serving, {k: v for k, v in serving.items() if v is not None}, where, "serving")
-    if fields.get("host_bandwidth") is None:
-        fields.pop("host_bandwidth", None)
+    chosen = {k: values[k] if k in given else figures.get(k) for k in SERVING_KEYS}
+    fields["serving"] = _make(Serving, {k: chosen[k] for k in ("peak_flops", "hbm_bandwidth", "efficiency")
+                                        if chosen[k] is not None}, where, "serving")
+    if chosen["host_bandwidth"] is not None:
+        fields["host_bandwidth"] = chosen["host_bandwidth"]
     return fields
 
 
@@ -245,7 +244,7 @@ def _rl(read: Read, fleet: Fleet) -> RL:
     if max(ranks) >= total:
         _fail(f"{where}.generators", f"needs GPUs {min(ranks)}..{max(ranks)}, the fabric has {total}")
     fields = dict(RL_SECTION.fields(values), trainer=trainer, generators=tuple(generators))
-    return _make(RL, _serving(fields, given, fleet, ranks, trainer.model, where), where)
+    return _make(RL, _serving(fields, values, given, fleet, ranks, trainer.model, where), where)
 
 
 def _agentic(read: Read, fleet: Fleet) -> Agentic:
@@ -253,7 +252,7 @@ def _agentic(read: Read, fleet: Fleet) -> Agentic:
     ranks = [r for i in values["instances"] for r in i]
     if max(ranks) >= fleet.num_gpus:
         _fail(f"{where}.instances", f"needs GPUs {min(ranks)}..{max(ranks)}, the fabric has {fleet.num_gpus}")
-    fields = _serving(AGENTIC.fields(values), given, fleet, ranks, values["model"], where)
+    fields = _serving(AGENTIC.fields(values), values, given, fleet, ranks, values["model"], where)
     return _make(Agentic, fields, where)
 
 
@@ -356,6 +355,7 @@ ACCELERATOR = Section({
     "scale_up_topology": Key("str", "`switch` or `full_mesh`", None, None),
     "nics_per_gpu": Key("int", "scale-out NICs per GPU", None, None),
     "nic_speed": Key("bandwidth", "each NIC's speed (a site's nic_bandwidth: nics_per_gpu x nic_speed)", None, None),
+    "host_bandwidth": Key("bandwidth", "each GPU's link to host memory (PCIe, NVLink-C2C), per direction", None, None),
 }, convert=_accelerator)
 LONG_HAUL = Section({
     "a": Key("str", "one site's name"),
@@ -481,24 +481,25 @@ RECOMMENDATION = Section({
 }, target=Recommendation, convert=_recommendation)
 RL_TRAINER = Section({**TRAINING, "name": Key("str", "label (default `<rl name>/trainer`)", None)},
                      target=Training, convert=_given)
-SERVING_KEYS = {
+SERVING_KEYS = {  # read by _serving into a Serving and the workload's host_bandwidth
     "peak_flops": Key("float", "per-GPU dense peak of the inference GPUs, FLOP/s (default: their sites' "
-                               "accelerator's in the model's dtype; without one, H100 SXM BF16)", None),
-    "hbm_bandwidth": Key("bandwidth", "per-GPU HBM bandwidth of the inference GPUs (default: as peak_flops)", None),
+                               "accelerator's in the model's dtype; without one, H100 SXM BF16)", None, None),
+    "hbm_bandwidth": Key("bandwidth", "per-GPU HBM bandwidth of the inference GPUs (default: as peak_flops)", None,
+                         None),
     "efficiency": Key("float", "fraction of peak_flops prefill and decode matmuls reach, in (0, 1]",
-                      of(Serving, "efficiency")),
+                      of(Serving, "efficiency"), None),
     "host_bandwidth": Key("bandwidth", "each GPU's host link (PCIe, NVLink-C2C), each way (default: its site's "
-                                       "accelerator's; without one, PCIe Gen5 x16)", None),
+                                       "accelerator's; without one, PCIe Gen5 x16, 64GB/s)", None, None),
 }
 RL_SECTION = Section({
-    "name": Key("str", "unique workload name", REQUIRED),
+    "name": Key("str", "unique workload name"),
     "trainer": Key(RL_TRAINER, "the trainer: a training job (keys as workloads.training)", REQUIRED, None),
     "generators": Key(INSTANCES, "generator instances on their own GPUs; absent: co-located on the trainer's GPUs, "
-                                 "taking turns with it", None),
+                                 "taking turns with it", None, None),
     "generator_tp": Key("int", "co-located: GPUs per generator instance (consecutive trainer ranks)"),
-    "rollouts": Key("int", "sequences generated per iteration, spread over the instances", REQUIRED),
-    "prompt_tokens": Key("int", "tokens per prompt", REQUIRED),
-    "response_tokens": Key("int", "tokens generated per sequence", REQUIRED),
+    "rollouts": Key("int", "sequences generated per iteration, spread over the instances"),
+    "prompt_tokens": Key("int", "tokens per prompt"),
+    "response_tokens": Key("int", "tokens generated per sequence"),
     "sync": Key("str", "weight sync: `broadcast` (buckets down a chain over every generator GPU, "
                        "checkpoint-engine's default) or `p2p` (each generator GPU fetches its own shard)"),
     "bucket": Key("size", "broadcast bucket size", field="bucket_bytes"),
@@ -512,12 +513,12 @@ RL_SECTION = Section({
     **SERVING_KEYS,
 }, target=RL, convert=_given)  # built by _scenario, on the fleet's accelerators (_rl)
 AGENTIC = Section({
-    "name": Key("str", "unique workload name", REQUIRED),
-    "model": Key("model", "a preset name or a model mapping", REQUIRED),
-    "instances": Key(INSTANCES, "the serving instances", REQUIRED),
-    "requests_per_s": Key("float", "request rate of the whole service", REQUIRED),
-    "context_tokens": Key("int", "the context a request starts with (long context: documents, history)", REQUIRED),
-    "output_tokens": Key("int", "tokens generated per model call", REQUIRED),
+    "name": Key("str", "unique workload name"),
+    "model": Key("model", "a preset name or a model mapping"),
+    "instances": Key(INSTANCES, "the serving instances"),
+    "requests_per_s": Key("float", "request rate of the whole service"),
+    "context_tokens": Key("int", "the context a request starts with (long context: documents, history)"),
+    "output_tokens": Key("int", "tokens generated per model call"),
     "turns": Key("int", "model calls per request (turns - 1 tool calls between them)"),
     "tool_tokens": Key("int", "tokens each tool result adds to the context"),
     "tool_seconds": Key("time", "CPU time of each tool call"),
