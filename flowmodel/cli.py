@@ -103,9 +103,10 @@ def seeded_result(model, batch, seeds) -> dict:
     from . import seeds as sd
 
     result = fleet_result(model, sd.mean_fleet(batch))
+    for name, r in batch.every.items():  # a service's figure is its request latency, a job's its step time
+        t, key = np.asarray(r.step_time, np.float64), "latency" if "latency_s" in result["jobs"][name] else "step_time"
+        result["jobs"][name].update({f"{key}_stats_s": sd.statistics(t), f"{key}_per_seed_s": t.tolist()})
     per_seed = {name: np.asarray(r.step_time, np.float64) for name, r in batch.jobs.items()}
-    for name, t in per_seed.items():
-        result["jobs"][name].update(step_time_stats_s=sd.statistics(t), step_time_per_seed_s=t.tolist())
     head = {"statistic": sd.describe(model.scenario.routing, seeds), "routing_seeds": list(seeds)}
     if per_seed:  # the fleet's step time under each seed is its slowest job's under that seed
         fleet = np.max(np.stack(list(per_seed.values())), axis=0)
@@ -269,8 +270,15 @@ def cmd_run(scenario, out: str, quiet: bool, links: bool = False) -> dict:
     result["wall_time_s"] = time.perf_counter() - t0
     if not quiet:
         for name, job in result["jobs"].items():
-            _table(job["breakdown_s"], f"{name}: step time {job['step_time_s']:.4f} s "
-                                       f"{spread_text(job['step_time_stats_s'], result['statistic'])}")
+            key, what = ("latency", "latency of one request") if "latency_s" in job else ("step_time", "step time")
+            _table(job["breakdown_s"], f"{name}: {what} {job[f'{key}_s']:.4f} s "
+                                       f"{spread_text(job[f'{key}_stats_s'], result['statistic'])}")
+        for name, job in result["jobs"].items():  # an open-loop service asked for more than its latency allows
+            allowed = job.get("max_requests_per_s")
+            rate = getattr(next((p.job for p in model.others if p.job.name == name), None), "requests_per_s", None)
+            if allowed is not None and rate is not None and rate > allowed:
+                print(f"\n{name}: warning: requests_per_s = {rate:g}, but {job['instances']} instances decoding "
+                      f"{job['batch']} requests each at this latency serve at most {allowed:.3g} per second")
         for name, seconds in result["kv_transfer_s"].items():
             kv = result["kv_transfer_stats_s"][name]
             print(f"\n{name}: KV transfer of one request {seconds * 1e3:.2f} ms"
