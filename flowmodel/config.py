@@ -503,6 +503,8 @@ RL_SECTION = Section({
     "sync": Key("str", "weight sync: `broadcast` (buckets down a chain over every generator GPU, "
                        "checkpoint-engine's default) or `p2p` (each generator GPU fetches its own shard)"),
     "bucket": Key("size", "broadcast bucket size", field="bucket_bytes"),
+    "channels": Key("int", "parallel chains of the broadcast (NCCL channels); chain c enters every scale-up domain "
+                           "at its c-th GPU, so the chains cross domains through different NICs"),
     "weights_in_host": Key("bool", "the weights wait in host memory: each bucket (piece) crosses its owner's host "
                                    "link first"),
     "weight_bytes": Key("int", "bytes per synced parameter (default: the model's dtype_bytes)"),
@@ -673,7 +675,7 @@ SCENARIO = Section({  # a new section: its declaration above, one key here, its 
 }, target=Scenario, convert=_scenario)
 
 MODEL_PRESETS = {"llama3-8b": traffic.llama3_8b, "llama3-70b": traffic.llama3_70b, "llama3-405b": traffic.llama3_405b,
-                 "mixtral-8x22b": traffic.mixtral_8x22b, "deepseek-v3": traffic.deepseek_v3}
+                 "mixtral-8x22b": traffic.mixtral_8x22b, "deepseek-v3": traffic.deepseek_v3, "kimi-k2": traffic.kimi_k2}
 
 
 def _fail(where: str, message: str):

@@ -184,3 +184,20 @@ def test_bad_rl_keys_are_named(changes, message):
     with pytest.raises(config.ConfigError) as e:
         _load(**changes)
     assert message in str(e.value)
+
+
+def test_broadcast_channels_cross_domains_through_different_nics():
+    # two 4-GPU NVLink domains joined by one leaf; each GPU has a 50 GB/s NIC
+    clos = fb.Clos(tiers=2, gpus_per_leaf=8, leaves_per_pod=1, spines_per_pod=1, nic_bandwidth=50e9, latency=0.0)
+    fleet = fb.Fleet(sites=(fb.Site("a", scale_up=fb.ScaleUp(size=4, bandwidth=B, latency=0.0), scale_out=clos),))
+    trainer = tr.Training(SMALL, tr.Parallelism(tp=4, dp=2), global_batch=4, ranks=tuple(range(8)), name="t")
+    job = dict(name="rl", trainer=trainer, rollouts=8, prompt_tokens=128, response_tokens=256, generators=(),
+               generator_tp=4, bucket_bytes=1e12)  # co-located: two instances, one per domain
+    W = tr.RL(**job).sync_bytes
+    one = _model(tr.RL(**job), fleet)
+    two = _model(tr.RL(**job, channels=2), fleet)
+    assert _parts(one)[1]["weight_sync"] == pytest.approx(W / 50e9, rel=1e-9)  # one chain, one NIC crossing
+    plan = two.others[0]
+    assert plan.sync.phase.src.tolist() == [0, 1, 2, 3, 4, 5, 6, 0, 2, 3, 1, 5, 6, 7]
+    assert plan.sync.phase.dst.tolist() == [1, 2, 3, 4, 5, 6, 7, 2, 3, 1, 5, 6, 7, 4]
+    assert _parts(two)[1]["weight_sync"] == pytest.approx(W / 2 / 50e9, rel=1e-9)  # half a bucket per NIC

@@ -141,6 +141,20 @@ def _reshard(job: RL, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndar
     return src[moved], dst[moved], size[moved]
 
 
+def _chains(info: FabricInfo, owner: int, receivers: np.ndarray, channels: int) -> tuple[np.ndarray, np.ndarray]:
+    """(src, dst) int64 of ``channels`` pipelined chains from ``owner`` over ``receivers``: chain c
+    visits the receivers' scale-up domains in order, entering each at its c-th GPU."""
+    domain = info.gpu_domain[receivers]
+    cuts = np.flatnonzero(np.diff(domain) != 0) + 1
+    blocks = np.split(receivers, cuts)
+    src, dst = [], []
+    for c in range(channels):
+        order = np.concatenate([[owner], *(np.roll(b, -(c % b.size)) for b in blocks)])
+        src.append(order[:-1])
+        dst.append(order[1:])
+    return np.concatenate(src).astype(np.int64), np.concatenate(dst).astype(np.int64)
+
+
 def plan_rl(job: RL, info: FabricInfo, router: Router, *, policy: str = "ecmp", seed: int = 0,
             qps: int = 4) -> RLPlan:
     """Place the workload and route its trainer, weight sync and rollouts (``policy`` as in routing)."""
@@ -151,10 +165,9 @@ def plan_rl(job: RL, info: FabricInfo, router: Router, *, policy: str = "ecmp", 
     h2d = None
     if job.sync == "broadcast":
         owner = int(grid[0, 0, 0, 0])
-        chain = receivers[receivers != owner]
         bucket = job.sync_bytes / job.buckets
-        phase = Phase(np.concatenate([[owner], chain[:-1]]).astype(np.int64), chain.astype(np.int64),
-                      np.full(chain.size, bucket), int(chain.size))
+        src, dst = _chains(info, owner, receivers[receivers != owner], job.channels)
+        phase = Phase(src, dst, np.full(src.size, bucket / job.channels), int(src.size // job.channels))
         if job.weights_in_host:
             host = Attached.of(info, [owner], job.host_bandwidth)
             h2d = host.phase([owner], [[host.host_in(owner)]], bucket)

@@ -48,6 +48,7 @@ from ._workload import Model as Model
 from ._workload import Parallelism as Parallelism
 from ._workload import Training as Training
 from ._workload import deepseek_v3 as deepseek_v3
+from ._workload import kimi_k2 as kimi_k2
 from ._workload import llama3_8b as llama3_8b
 from ._workload import llama3_70b as llama3_70b
 from ._workload import llama3_405b as llama3_405b

@@ -16,7 +16,9 @@ The weight sync moves ``params x weight_bytes`` from the trainer's layout to the
 - ``broadcast`` (checkpoint-engine's default mode): the weights go in buckets of ``bucket_bytes``;
   each bucket is broadcast from its owner (a GPU of the trainer's first data-parallel replica) down a
   pipelined chain over every generator GPU, which keeps the part its own shard needs. Every
-  generator GPU receives all the weights. With ``weights_in_host`` the weights wait in the owners'
+  generator GPU receives all the weights. With ``channels`` > 1 the bucket is split over that many
+  chains (NCCL's channels), chain c entering every scale-up domain at its c-th GPU, so that the chains
+  cross between domains through different NICs. With ``weights_in_host`` the weights wait in the owners'
   host memory and each bucket first crosses its owner's host link (H2D), pipelined with the chain.
 - ``p2p``: every generator GPU fetches only its own shard, directly from the trainer ranks that hold
   it (a TP re-shard: trainer TP rank t and generator TP rank k share ``|[t/tp, (t+1)/tp) n
@@ -51,6 +53,7 @@ class RL:
       generators: int[instances, tp] GPU ranks of each generator instance; empty: co-located on the
         trainer's GPUs, instances of ``generator_tp`` consecutive ranks.
       sync: ``broadcast`` or ``p2p`` (module docstring).  bucket_bytes: the broadcast's bucket.
+      channels: parallel chains of the broadcast (module docstring).
       weights_in_host: the weights wait in host memory (checkpoint-engine's parameter server), so
         they cross a host link on the way (``serving.host_bandwidth`` of the site's accelerator).
       weight_bytes: bytes per parameter of the synced weights (default: the model's dtype_bytes).
@@ -68,6 +71,7 @@ class RL:
     generator_tp: int = 8
     sync: str = "broadcast"
     bucket_bytes: float = 8 * 2**30
+    channels: int = 1
     weights_in_host: bool = False
     weight_bytes: int | None = None
     rollout_bytes_per_token: int = 8
@@ -80,7 +84,7 @@ class RL:
         where = f"rl[{self.name}]"
         object.__setattr__(self, "generators", tuple(tuple(int(r) for r in g) for g in self.generators))
         for f in ("rollouts", "prompt_tokens", "response_tokens", "generator_tp", "rollout_bytes_per_token",
-                  "train_steps"):
+                  "train_steps", "channels"):
             check_number(f"{where}.{f}", getattr(self, f), minimum=1, integer=True)
         check_number(f"{where}.bucket_bytes", self.bucket_bytes, strict=True)
         check_number(f"{where}.host_bandwidth", self.host_bandwidth, strict=True)

@@ -556,6 +556,17 @@ def deepseek_v3() -> Model:
                  head_dim=128, kv_lora_rank=512, q_lora_rank=1536, rope_head_dim=64)
 
 
+def kimi_k2() -> Model:
+    """Kimi K2 (docs/sources.md, "Kimi K2"): DeepSeek-V3's layout with 384 routed experts and 64 heads: 61
+    layers, hidden 7,168, the first one dense (FFN 18,432), then 1 shared + 384 routed experts of 2,048,
+    top-8; MLA (KV latent 512, query latent 1,536, heads of 128 + 64 rotary); vocabulary 163,840.
+    1T parameters, 32B activated. Assumed: the dense FFN width and the latent sizes are DeepSeek-V3's
+    (the model card gives the rest)."""
+    return Model("kimi-k2", layers=61, hidden=7168, ffn_hidden=18_432, heads=64, kv_heads=64, vocab=163_840,
+                 seq_len=4096, experts=384, top_k=8, moe_ffn_hidden=2048, shared_experts=1, dense_layers=1,
+                 head_dim=128, kv_lora_rank=512, q_lora_rank=1536, rope_head_dim=64)
+
+
 def llama3_405b_training(*, efficiency: float = 0.6, virtual_stages: int = 4) -> Training:
     """Llama 3 405B on 16,384 GPUs, TP8 x PP16 x DP128, 16M tokens (2,048 sequences of 8,192) per step.
 
