@@ -118,6 +118,10 @@ def estimate(scenario, *, gradients: bool = False, seeds: int = 1) -> Estimate:
     ``seeds``: routing seeds evaluated at once)."""
     nodes, links = fabric_counts(scenario.fleet)
     flows = sum(training_flows(job) for job in scenario.training)
+    for rl in scenario.rl:  # the trainer, the sync (every generator GPU, per channel) and the rollouts
+        generators = rl.instances.size
+        flows += training_flows(rl.trainer) + generators * rl.channels + rl.instances.shape[0]
+    flows += sum(4 * len(a.instances) * a.tp for a in scenario.agentic)  # four KV phases, one flow per GPU
     flows += sum(len(b.src) for b in scenario.background)
     for inf in scenario.inference:  # average KV streams plus one request's transfer
         flows += len(inf.prefill) * len(inf.prefill[0]) + len(inf.prefill[0])

@@ -579,7 +579,9 @@ def cmd_failures(scenario, out: str, quiet: bool) -> dict:
     services = {name: {"healthy_kv_transfer_s": report.healthy_kv[name],
                        "kv_transfer_s": dict(zip(report.scenarios, (float(t) for t in report.kv_transfer[name]))),
                        "expected_kv_transfer_s": report.expected_kv[name],
-                       "disconnected": report.disconnected[name], **spread(name)} for name in report.kv_transfer}
+                       "disconnected": report.disconnected[name], **spread(name),
+                       "measure": "request_latency" if any(a.name == name for a in scenario.agentic) else
+                       "kv_transfer"} for name in report.kv_transfer}
     statistic = describe(scenario.routing, seeds)
     result = {"scenario": scenario.name, "units": UNITS, "statistic": statistic, "routing_seeds": list(seeds),
               "seed_spread": "within_seed_spread lists the failures whose mean lies within the healthy fabric's "
@@ -605,9 +607,11 @@ def cmd_failures(scenario, out: str, quiet: bool) -> dict:
                 print(f"  {len(inside)} of {len(report.scenarios)} failure(s) within the healthy seed spread (no "
                       f"effect beyond a new hash draw)" + (": " + ", ".join(inside[:4]) + (", ..." if len(inside) > 4
                                                                                          else "") if inside else ""))
+        agentic = {a.name for a in scenario.agentic}
         for name, service in services.items():
             times = [t for t in service["kv_transfer_s"].values() if np.isfinite(t)]
-            print(f"\n{name}: KV transfer healthy {service['healthy_kv_transfer_s'] * 1e3:.2f} ms, expected "
+            what = "request latency" if name in agentic else "KV transfer"
+            print(f"\n{name}: {what} healthy {service['healthy_kv_transfer_s'] * 1e3:.2f} ms, expected "
                   f"{service['expected_kv_transfer_s'] * 1e3:.2f} ms"
                   + (f", worst {max(times) * 1e3:.2f} ms" if times else "")
                   + f"; {len(service['disconnected'])} scenario(s) disconnect it")

@@ -198,7 +198,7 @@ def job_step_times(model: Model) -> dict[str, float]:
 
 
 def _times(model: Model) -> tuple[dict[str, float], dict[str, float]]:
-    """(training job -> exact step time, inference service -> KV transfer time); ``inf`` where lost."""
+    """(job -> exact step time, service -> KV transfer time or, agentic, request latency); ``inf`` where lost."""
     steps, kv = _seeded_times(model, None)
     return {k: float(v[0]) for k, v in steps.items()}, {k: float(v[0]) for k, v in kv.items()}
 
@@ -207,8 +207,10 @@ def _seeded_times(model: Model, seeds) -> tuple[dict[str, np.ndarray], dict[str,
     """``_times`` under each routing seed (float[N] per job and service; None: the model's own seed),
     the seeds in one batched evaluation (``seeds.SeedSet``)."""
     n = 1 if seeds is None else len(seeds)
-    steps = {job.name: np.full(n, np.inf) for job in model.scenario.training if job.name in model.lost}
-    kv = {inf.name: np.full(n, np.inf) for inf in model.scenario.inference if inf.name in model.lost}
+    sc = model.scenario
+    services = (*sc.inference, *sc.agentic)  # open loop: a KV transfer's or a request's time
+    steps = {job.name: np.full(n, np.inf) for job in sc.jobs if job.name in model.lost and job not in sc.agentic}
+    kv = {s.name: np.full(n, np.inf) for s in services if s.name in model.lost}
     if model.all_plans or model.transfers:
         if seeds is None:
             fleet = jax.tree.map(lambda x: np.asarray(x)[None], model.evaluate())
@@ -218,6 +220,7 @@ def _seeded_times(model: Model, seeds) -> tuple[dict[str, np.ndarray], dict[str,
             fleet = SeedSet(model, seeds).evaluate()
         steps.update({name: np.asarray(r.step_time, np.float64) for name, r in fleet.jobs.items()})
         kv.update({name: np.asarray(v, np.float64) for name, v in fleet.kv_transfer_s.items()})
+        kv.update({name: np.asarray(r.step_time, np.float64) for name, r in fleet.agentic.items()})
     return steps, kv
 
 
@@ -242,8 +245,9 @@ def evaluate_failures(model: Model, scenarios: Sequence[Failure], *, healthy_wei
         raise ValueError(f"scenarios: probabilities must be > 0, got {probs.tolist()}")
     if not (np.isfinite(healthy_weight) and healthy_weight >= 0):
         raise ValueError(f"healthy_weight: must be >= 0 and finite, got {healthy_weight!r}")
-    jobs = [job.name for job in model.scenario.training]
-    services = [inf.name for inf in model.scenario.inference]
+    sc = model.scenario
+    jobs = [job.name for job in sc.jobs if job not in sc.agentic]  # closed loop: a step or an iteration
+    services = [s.name for s in (*sc.inference, *sc.agentic)]  # open loop: a KV transfer or a request
     healthy_runs, healthy_kv_runs = _seeded_times(model, seeds)
     healthy = {k: float(v.mean()) for k, v in healthy_runs.items()}
     healthy_kv = {k: float(v.mean()) for k, v in healthy_kv_runs.items()}

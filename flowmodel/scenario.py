@@ -303,14 +303,16 @@ class Scenario:
         if idle:
             out.append(f"workloads: {len(idle)} of the fabric's {total} GPUs run no training job or inference "
                        f"service (ranks {_spans(idle)})")
-        for i, job in enumerate(self.training):
+        trainers = [(f"workloads.training[{i}]", job) for i, job in enumerate(self.training)]
+        trainers += [(f"workloads.rl[{i}].trainer", rl.trainer) for i, rl in enumerate(self.rl)]
+        for where, job in trainers:
             memory = job.memory()
             need = sum(memory.values())
             if need > job.hbm:
                 hint = ("a wider model-parallel layout or offloading, which the step time does not include"
                         if job.recomputes else "recompute: full (the step time counts its extra forward pass) or "
                         "offloading")
-                out.append(f"workloads.training[{i}].hbm: {job.name!r} needs about {need / 1e9:.1f} GB per GPU "
+                out.append(f"{where}.hbm: {job.name!r} needs about {need / 1e9:.1f} GB per GPU "
                            f"(weights {memory['weights'] / 1e9:.1f}, gradients {memory['gradients'] / 1e9:.1f}, "
                            f"optimizer {memory['optimizer'] / 1e9:.1f}, activations {memory['activations'] / 1e9:.1f} "
                            f"GB with recompute: {job.recompute}, zero_stage {job.zero_stage}), more than hbm = "

@@ -554,8 +554,8 @@ def _stack(parts, num_pairs: int):
         blocks.append(block)
     pair = np.concatenate([q for q, _, _ in parts])
     first = np.zeros(num_pairs, np.int64)
-    starts = np.flatnonzero(np.r_[True, pair[1:] != pair[:-1]])
-    first[pair[starts]] = starts
+    starts = np.flatnonzero(np.r_[True, pair[1:] != pair[:-1]]) if pair.size else np.zeros(0, np.int64)
+    first[pair[starts]] = starts  # no path for any pair (sites cut apart): nothing to index
     return pair, np.concatenate(blocks), np.concatenate(lengths), np.concatenate([eq for _, _, eq in parts]), first
 
 
