@@ -425,14 +425,16 @@ def sweep_evaluation(model, batch=None):
     def evaluate(point):
         net = fabric.apply_groups(model.network, model.info, point)
         fleet = batch.fleet(net, options) if seeded else model.fleet(net, options)
-        steps = list(fleet.steps.values())  # training jobs: their breakdowns share keys
+        steps = list(fleet.jobs.values())  # every closed-loop job: training, recommendation, RL
         times = jnp.stack([r.step_time for r in steps])  # [jobs] or [jobs, seeds]
+        keys = list(dict.fromkeys(k for r in steps for k in r.breakdown))  # kinds differ in their parts
         slowest = jnp.argmax(times, axis=0)
 
         def pick(values):  # the slowest job's value (under each seed)
             return jnp.take_along_axis(values, slowest[None], axis=0)[0] if seeded else values[slowest]
 
-        parts = {k: pick(jnp.stack([jnp.asarray(r.breakdown[k]) for r in steps])) for k in steps[0].breakdown}
+        parts = {k: pick(jnp.stack([jnp.zeros_like(r.step_time) + r.breakdown.get(k, 0.0) for r in steps]))
+                 for k in keys}
         out = {"step_time_s": pick(times), **{f"{k}_s": v for k, v in parts.items()}}
         if not seeded:  # with a batch of one seed, its range is the value (every sweep.csv has the columns)
             return out if batch is None else {"step_time_s": out["step_time_s"], "step_time_min_s": out["step_time_s"],

@@ -48,6 +48,7 @@ from ._checks import is_traced
 from .fabric import Tier
 from .kernels import completion_events, interval_loads
 from .steptime import average_load, fluid_inputs, plan_calls, plan_phases
+from .steptime._rl import TRAIN
 
 UNITS = {"_Bps": "bytes per second", "_bytes": "bytes", "_s": "seconds",
          "_util": "fraction of the link's capacity (1 = full)"}
@@ -318,7 +319,8 @@ def build(model, fleet, *, network=None, options=None, logits=None) -> LinkView:
             dp_starts = np.asarray(steps[names[j]].dp_starts, np.float64)
             plan = plans[j]
             for name, rp in resolved[j].items():
-                starts = dp_starts[plan.dp_stage] if name == "dp" else None
+                trainer = getattr(plan, "trainer", plan)  # an RL plan's DP reduction is its trainer's
+                starts = dp_starts[trainer.dp_stage] if name in ("dp", TRAIN + "dp") else None
                 out.append(replay_phase(names[j], name, rp, plan_calls(plan, name), left, latency, options, starts))
     left = capacity - fixed - sum(mean_load, np.zeros(L))  # a KV request on top of every workload's mean
     for name, rp in model.transfers:

@@ -195,7 +195,8 @@ def iteration_time(plan: RLPlan, network: Network, options: Options = EXACT, *, 
     """One RL iteration on ``network`` (differentiable in its capacity and latency), as a ``StepResult``:
     ``breakdown`` (sums to ``step_time``) is ``generation`` (its exposed part under one_step_off, the
     rollouts' return included there), ``rollout_transfer``, ``training`` (train_steps x the trainer's
-    step) and ``weight_sync``; ``collectives`` reports the weight sync and the rollout transfer."""
+    step) and ``weight_sync``; ``collectives`` reports the weight sync and the rollout transfer;
+    ``dp_starts`` are the trainer step's."""
     residual_capacity(network.capacity, background, info)
     train_logits, _ = _split(logits)
     job = plan.job
@@ -232,7 +233,7 @@ def iteration_time(plan: RLPlan, network: Network, options: Options = EXACT, *, 
         bound = phase_bound(plan.rollout, capacity, latency, options.step_latency)
         report["rollout_transfer"] = _figures("send_recv", rollout, bound, job.rollout_bytes(), 2)
     return StepResult(step_time=total, breakdown=parts, by_domain=by_domain, collectives=report,
-                      dp_starts=jnp.zeros(0, capacity.dtype))
+                      dp_starts=train.dp_starts)  # the trainer's: the link view replays its DP reduction from them
 
 
 def _figures(collective: str, seconds, bound, size: float, ranks: int) -> dict:
