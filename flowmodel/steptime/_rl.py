@@ -166,9 +166,10 @@ def plan_rl(job: RL, info: FabricInfo, router: Router, *, policy: str = "ecmp", 
     if job.sync == "broadcast":
         owner = int(grid[0, 0, 0, 0])
         bucket = job.sync_bytes / job.buckets
-        src, dst = _chains(info, owner, receivers[receivers != owner], job.channels)
+        others = receivers[receivers != owner]
+        src, dst = _chains(info, owner, others, job.channels) if others.size else (np.zeros(0, np.int64),) * 2
         phase = Phase(src, dst, np.full(src.size, bucket / job.channels), int(src.size // job.channels))
-        if job.weights_in_host:
+        if job.weights_in_host:  # even a lone GPU reads its weights from host memory
             host = Attached.of(info, [owner], job.host_bandwidth)
             h2d = host.phase([owner], [[host.host_in(owner)]], bucket)
         per_gpu = job.sync_bytes
