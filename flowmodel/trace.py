@@ -52,6 +52,7 @@ class Fabric:
     seed: int = 0
     qps: int = 4
     source: str = "scenario"
+    dims: tuple[int, ...] | None = None  # an ASTRA-sim network's NPUs per dimension
 
     @classmethod
     def from_model(cls, model) -> Fabric:
@@ -68,7 +69,8 @@ class Fabric:
 
         spec = read_astra(path)
         network, info = compile_fabric(from_astra(spec))
-        return cls(path, network, info, AstraRouter(info, spec), source="astra")
+        return cls(path, network, info, AstraRouter(info, spec), source="astra",
+                   dims=tuple(int(n) for n in spec["npus_count"]))
 
 
 def is_astra_network(path: str) -> bool:
@@ -95,7 +97,8 @@ def run(prefix: str, fabric: Fabric, *, system: str | None = None, comm_groups: 
         options = dataclasses.replace(options, step_latency=sysinfo.step_latency)
     say(f"match and route {trace.num_nodes} nodes of {trace.num_ranks} ranks")
     prepared = st.prepare_trace(trace, fabric.router, gpus=gpus, policy=fabric.policy, seed=fabric.seed, qps=fabric.qps,
-                                algorithms=dict(sysinfo.algorithms), chunks=sysinfo.chunks)
+                                algorithms=dict(sysinfo.algorithms), chunks=sysinfo.chunks, dims=fabric.dims,
+                                dimensions=dict(sysinfo.dimensions))
     say("simulate")
     result = st.simulate_trace(prepared, fabric.network.capacity, fabric.network.latency, options,
                                background=fabric.background)
@@ -107,6 +110,7 @@ def run(prefix: str, fabric: Fabric, *, system: str | None = None, comm_groups: 
             "makespan_s": float(result.makespan), "finish_s": finish.tolist(),
             "critical_path": result.critical_path, "classes": classes,
             "system": {"file": system, "algorithms": dict(sysinfo.algorithms), "chunks": sysinfo.chunks,
+                       "per_dimension": {k: list(v) for k, v in dict(sysinfo.dimensions).items()} if fabric.dims else {},
                        "step_latency_s": options.step_latency, "ignored": list(sysinfo.ignored),
                        "notes": list(sysinfo.notes)},
             "zero_time_nodes": zero_time_nodes(trace),

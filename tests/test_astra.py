@@ -69,3 +69,54 @@ def test_ring_all_reduce_closed_form(imported, ranks, bandwidth, hop):
 def test_bad_networks(spec, match):
     with pytest.raises(ValueError, match=match):
         fb.from_astra(spec)
+
+
+SWITCH_RING = {"topology": ["Switch", "Ring"], "npus_count": [8, 8], "bandwidth": [400.0, 50.0],
+               "latency": [936.25, 500.0]}  # ASTRA-sim's SwRing_8x8_hgx.yml
+
+
+def _per_dimension_time(kind, S, dims=(8, 8), impls=("ring", "ring")):
+    net, info = fb.compile_fabric(fb.from_astra(SWITCH_RING))
+    router = rt.AstraRouter(info, SWITCH_RING)
+    coll = tr.per_dimension(kind, np.arange(64)[None], S, dims, impls)
+    return coll, sum(float(st.phase_time(st.route_phase(ph, router), net.capacity, net.latency))
+                     for ph in coll.phases)
+
+
+@pytest.mark.parametrize("kind, directions", [("all_reduce", 2), ("reduce_scatter", 1), ("all_gather", 1)])
+def test_per_dimension_collectives_on_a_switch_by_ring_network_closed_form(kind, directions):
+    S = 64 * 2**20
+    coll, seconds = _per_dimension_time(kind, S)
+    # dimension 0 (Switch, 400 GB/s, two 936.25 ns hops a step) on all of S; dimension 1 (Ring, 50 GB/s,
+    # one 500 ns hop) on the S / 8 left after it; each moves 7/8 of what it sees per direction
+    switch = 7 / 8 * S / 400e9 + 7 * 2 * 936.25e-9
+    ring = 7 / 8 * (S / 8) / 50e9 + 7 * 500e-9
+    assert seconds == pytest.approx(directions * (switch + ring), rel=1e-9)
+    assert len(coll.phases) == 2 * directions
+    # the ring's groups are the NPUs that differ in dimension 1 only: 0, 8, ..., 56
+    ring_phase = coll.phases[0 if kind == "all_gather" else 1]  # an all-gather comes down the dimensions
+    assert ring_phase.src[:3].tolist() == [0, 8, 16] and ring_phase.dst[:3].tolist() == [8, 16, 24]
+
+
+def test_per_dimension_direct_moves_the_same_bytes_in_one_step():
+    S = 2**26
+    ring, _ = _per_dimension_time("reduce_scatter", S)
+    direct, _ = _per_dimension_time("reduce_scatter", S, impls=("direct", "ring"))
+    assert direct.phases[0].steps == 1 and ring.phases[0].steps == 7
+    assert direct.phases[0].bytes.sum() == pytest.approx(ring.phases[0].bytes.sum())
+
+
+@pytest.mark.parametrize("dims, message", [((8, 4), "8 x 4 = 32 ranks, but the groups have 64"),
+                                           ((8, 0), "one positive size per dimension")])
+def test_per_dimension_refuses_a_layout_that_does_not_fit(dims, message):
+    with pytest.raises(ValueError, match=message):
+        tr.per_dimension("all_reduce", np.arange(64)[None], 1e6, dims)
+
+
+def test_a_system_file_with_one_implementation_per_dimension_runs_them_per_dimension(tmp_path):
+    path = tmp_path / "sys.json"
+    path.write_text('{"all-reduce-implementation": ["ring", "direct"], "all-gather-implementation": ["ring"], '
+                    '"all-to-all-implementation": ["ring", "ring"], "endpoint-delay": 10}')
+    system = st.read_system(str(path))
+    assert dict(system.dimensions) == {"all_reduce": ("ring", "direct")}  # all-to-all stays one collective
+    assert any("dimension by dimension" in n for n in system.notes)

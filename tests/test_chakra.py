@@ -339,3 +339,20 @@ workloads:
                      str(out / "job_one.system.json"), "--out", str(tmp_path / "run"), "--quiet"]) == 0
     result = json.loads((tmp_path / "run" / "trace.json").read_text())
     assert result["makespan_s"] == pytest.approx(exported["step_time_s"], rel=1e-9)
+
+
+@needs_astra
+def test_a_two_dimensional_all_reduce_runs_per_dimension_as_its_system_file_says():
+    """ASTRA-sim's 64-NPU 64 MiB all-reduce on SwRing_8x8_hgx with sys_2d_ring_ring.json: a ring per
+    dimension (reduce-scatter on the 400 GB/s switches, all-reduce of the eighth left on the 50 GB/s
+    rings, all-gather back), 4 chunks paying each step's route latency and 10 ns endpoint delay."""
+    prefix = os.path.join(ASTRA, "generated", "all_reduce", "64npus_64MB", "all_reduce")
+    fabric = _astra("SwRing_8x8_hgx")
+    result = fmtrace.run(prefix, fabric, system=os.path.join(ASTRA, "system", "sys_2d_ring_ring.json"))
+    S = 64 * MiB
+    switch = 7 / 8 * S / 400e9 + 4 * 7 * (2 * 936.25e-9 + 10e-9)
+    ring = 7 / 8 * S / 8 / 50e9 + 4 * 7 * (500e-9 + 10e-9)
+    assert result["makespan_s"] == pytest.approx(2 * (switch + ring), rel=1e-9)
+    assert result["system"]["per_dimension"] == {"all_reduce": ["ring", "ring"], "all_gather": ["ring", "ring"],
+                                                 "reduce_scatter": ["ring", "ring"]}
+    assert _makespan(prefix, fabric) > 4 * result["makespan_s"]  # one flat ring over all 64 NPUs

@@ -3,6 +3,12 @@
     PYTHONPATH=. python3 experiments/benchmarks/astra_traces.py [--astra ../shared/astra] [--json out.json]
     PYTHONPATH=. python3 experiments/benchmarks/astra_traces.py --speed [--ranks 4096]
 
+Second table: the 64 MiB all_reduce on ASTRA-sim's 2-D networks (a Switch of 8 NPUs x a Ring of 8 or
+32; ``hgx``: 400 GB/s / 936 ns and 50 GB/s / 500 ns, ``uni``: 50 GB/s / 500 ns both) with no system
+file (one ring over every NPU) and with ``sys_2d_ring_ring.json`` (ring per dimension: reduce-scatter
+up the dimensions, all-gather down, ``traffic.per_dimension``; 4 chunks, 10 ns endpoint delay),
+against the per-dimension closed form.
+
 Table: every microbenchmark (all_reduce, all_gather, reduce_scatter, all_to_all; 4/8/16 NPUs; 1 MiB) on
 ASTRA-sim's Ring and Switch networks (50 GB/s, 500 ns per link), and the 64 MiB all_reduce at 64 and
 256 NPUs. Columns: flowmodel with no system file (one collective, latency once per step); the NCCL
@@ -81,6 +87,36 @@ def table(astra: str) -> list[dict]:
     return rows
 
 
+def per_dimension_closed_form(size, dims, bandwidths, hops, chunks=4, endpoint=10e-9):
+    """All-reduce dimension by dimension, ring in each: reduce-scatter and all-gather of dimension d move
+    (n_d - 1) / n_d of the data it sees, S / prod(n_<d), at its bandwidth; every chunk pays each step's
+    route latency and endpoint delay."""
+    total, seen = 0.0, float(size)
+    for n, bw, hop in zip(dims, bandwidths, hops):
+        total += 2 * ((n - 1) / n * seen / bw + chunks * (n - 1) * (hop + endpoint))
+        seen /= n
+    return total
+
+
+def multi_dimensional(astra: str) -> list[dict]:
+    system = os.path.join(astra, "system", "sys_2d_ring_ring.json")
+    rows = []
+    for net, dims in (("SwRing_8x8_hgx", (8, 8)), ("SwRing_8x8_uni", (8, 8)), ("SwRing_8x32_hgx", (8, 32)),
+                      ("SwRing_8x32_uni", (8, 32))):
+        n = dims[0] * dims[1]
+        path = os.path.join(astra, "network", f"{net}.yml")
+        spec = fb.read_astra(path)
+        fabric = trace.Fabric.from_astra(path)
+        prefix = os.path.join(astra, f"generated/all_reduce/{n}npus_64MB/all_reduce")
+        flat = trace.run(prefix, fabric)["makespan_s"]
+        per_dim = trace.run(prefix, fabric, system=system)["makespan_s"]
+        hops = [(2 if topo == "Switch" else 1) * lat * 1e-9 for topo, lat in zip(spec["topology"], spec["latency"])]
+        closed = per_dimension_closed_form(64 * MiB, dims, [b * 1e9 for b in spec["bandwidth"]], hops)
+        rows.append({"case": f"all_reduce {n} 64 MiB {net}", "flat_us": flat * 1e6, "per_dimension_us": per_dim * 1e6,
+                     "closed_us": closed * 1e6, "vs_closed": per_dim / closed - 1, "flat_over_per_dim": flat / per_dim})
+    return rows
+
+
 def speed(ranks: int, repeats: int = 3) -> dict:
     pods = max(1, ranks // 256)
     site = fb.Clos(tiers=3, gpus_per_leaf=16, leaves_per_pod=16, spines_per_pod=16, pods=pods, aggs_per_plane=8)
@@ -137,7 +173,12 @@ def main(argv=None):
                        ("vs closed", "vs_closed", ".2%"), ("4 chunks us", "chunked_us", ".3f"),
                        ("ASTRA us", "astra_us", ".3f"), ("vs ASTRA", "chunked_vs_astra", ".2%"),
                        ("wall s", "wall_s", ".2f")])
-    write_json(args.json, rows)
+    dims = multi_dimensional(args.astra)
+    print()
+    print_table(dims, [("case", "case", ""), ("one ring us", "flat_us", ".2f"),
+                       ("per dimension us", "per_dimension_us", ".2f"), ("closed form us", "closed_us", ".2f"),
+                       ("vs closed", "vs_closed", ".2%"), ("one ring / per dim", "flat_over_per_dim", ".2f")])
+    write_json(args.json, {"microbenchmarks": rows, "multi_dimensional": dims})
     return 0
 
 

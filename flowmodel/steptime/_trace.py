@@ -72,10 +72,13 @@ class TraceSystem:
     """What flowmodel takes from an ASTRA-sim ``system.json``: the algorithm per collective kind
     (``IMPLEMENTATIONS``), the per-step latency (``endpoint-delay``, ns), ``chunks`` (from
     ``preferred-dataset-splits``: a collective runs as that many chunks one after another, each paying
-    the latency term, as ASTRA-sim does with one active chunk), and the keys it does not model
-    (``ignored``)."""
+    the latency term, as ASTRA-sim does with one active chunk), the per-dimension implementations of
+    the kinds that list several (``dimensions``: an all-reduce, reduce-scatter or all-gather over a
+    whole multi-dimensional network runs dimension by dimension, ``traffic.per_dimension``), and the
+    keys it does not model (``ignored``)."""
 
     algorithms: tuple[tuple[str, str], ...] = ()
+    dimensions: tuple[tuple[str, tuple[str, ...]], ...] = ()  # kind -> per-dimension implementations
     step_latency: float | None = None
     chunks: int = 1
     ignored: tuple[str, ...] = ()
@@ -91,7 +94,7 @@ def read_system(path: str) -> TraceSystem:
         raise TraceError(f"{path}: cannot read the system file ({e})") from None
     if not isinstance(spec, dict):
         raise TraceError(f"{path}: expected a JSON object")
-    algorithms, notes, ignored, step_latency, chunks = {}, [], [], None, 1
+    algorithms, notes, ignored, step_latency, chunks, dimensions = {}, [], [], None, 1, {}
     for key, value in spec.items():
         if key in SYSTEM_KEYS:
             dims = value if isinstance(value, list) else [value]
@@ -107,7 +110,12 @@ def read_system(path: str) -> TraceSystem:
             algorithms[kind] = chosen
             if chosen != dims[0]:
                 notes.append(f"{key}: {dims[0]!r} runs as flowmodel's {chosen!r}")
-            if len(dims) > 1:
+            if len(dims) > 1 and kind != "all_to_all":
+                per = tuple("direct" if d in ("direct", "oneDirect") else "ring" for d in dims)
+                dimensions[kind] = per
+                notes.append(f"{key}: dimension by dimension ({', '.join(per)}) on a network of {len(dims)} "
+                             f"dimensions, for a group of all its NPUs; else {dims[0]!r} over the whole group")
+            elif len(dims) > 1:
                 notes.append(f"{key}: one algorithm over the whole group ({dims[0]!r}, the first dimension's)")
         elif key == "preferred-dataset-splits":
             if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
@@ -119,7 +127,8 @@ def read_system(path: str) -> TraceSystem:
             step_latency = float(value) * 1e-9
         else:
             ignored.append(key)
-    return TraceSystem(tuple(sorted(algorithms.items())), step_latency, chunks, tuple(ignored), tuple(notes))
+    return TraceSystem(tuple(sorted(algorithms.items())), tuple(sorted(dimensions.items())), step_latency, chunks,
+                       tuple(ignored), tuple(notes))
 
 
 class _Dag:
@@ -269,11 +278,15 @@ class TraceResult:
 
 
 def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecmp", seed: int = 0, qps: int = 4,
-                  algorithms: dict | None = None, chunks: int = 1) -> PreparedTrace:
+                  algorithms: dict | None = None, chunks: int = 1, dims=None,
+                  dimensions: dict | None = None) -> PreparedTrace:
     """Match a trace's communication, build its DAG and route every contention class on ``router``'s
     fabric. ``gpus``: the GPU of each trace rank (default: rank r on GPU r); ``algorithms``: collective
     kind -> algorithm (default ring; all-to-all direct); ``chunks``: collectives run as that many
-    chunks one after another (the bandwidth term is unchanged, the latency term is paid per chunk)."""
+    chunks one after another (the bandwidth term is unchanged, the latency term is paid per chunk).
+    ``dims`` (an ASTRA-sim network's NPUs per dimension) and ``dimensions`` (kind -> one implementation
+    per dimension, ``TraceSystem.dimensions``): a collective of those kinds over a group of all
+    prod(dims) GPUs runs dimension by dimension (``traffic.per_dimension``)."""
     R = trace.num_ranks
     recorded = gpus is None and trace.gpus is not None
     if gpus is None:  # the GPUs the producer recorded (flowmodel's export does), else rank r on GPU r
@@ -293,6 +306,9 @@ def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecm
     for kind, alg in algs.items():
         if kind not in coll.ALGORITHMS or alg not in coll.ALGORITHMS[kind]:
             raise TraceError(f"algorithms.{kind}: unknown algorithm {alg!r}")
+    if dims is not None and dimensions:  # per kind: (dims, implementations) where the system names each dimension
+        algs["per_dimension"] = {kind: (tuple(dims), tuple(impls)) for kind, impls in dict(dimensions).items()
+                                 if len(impls) == len(dims)}
 
     ranks = trace.ranks
     offsets = np.concatenate([[0], np.cumsum([r.num_nodes for r in ranks])])
@@ -479,6 +495,11 @@ def _chunked(ph: coll.Phase, chunks: int) -> coll.Phase:
 
 
 def _build(kind: str, algs: dict, groups: np.ndarray, nbytes: float):
+    """The collective of ``kind`` over ``groups``: dimension by dimension where ``algs["per_dimension"]``
+    names the kind and a group holds every NPU of the network, else ``algs[kind]`` over the group."""
+    dims, impls = algs.get("per_dimension", {}).get(kind, ((), ()))
+    if dims and groups.shape[1] == int(np.prod(dims)):
+        return coll.per_dimension(kind, groups, nbytes, dims, impls)
     return _BUILDERS[kind](groups, nbytes, algs[kind])
 
 

@@ -212,6 +212,47 @@ def broadcast(groups, size: float, algorithm: str = "ring") -> Collective:
     return _single_phase("broadcast", algorithm, groups, size, lambda g, S, n: _flows(g[:, :-1], g[:, 1:], S, n - 1))
 
 
+DIMENSION_ALGORITHMS = ("ring", "direct")
+
+
+def per_dimension(kind: str, groups, size: float, dims, implementations=None) -> Collective:
+    """A collective run dimension by dimension, as ASTRA-sim's system layer runs one on a multi-dimensional
+    network: each group's n = prod(dims) ranks are laid out with dimension 0 fastest (rank index
+    sum_d c_d x prod(dims[:d])); a reduce-scatter goes up the dimensions (dimension d on sub-groups of
+    dims[d] ranks that differ only in c_d, each rank's data 1 / prod(dims[:d]) of the input), an
+    all-gather comes down them, an all-reduce is the one then the other. ``implementations`` per
+    dimension: ``ring`` (d - 1 steps to the next rank) or ``direct`` (one step, every pair at once);
+    default ring. One phase per dimension and direction (a dimension of one rank has none).
+    """
+    if kind not in ("all_reduce", "reduce_scatter", "all_gather"):
+        raise ValueError(f"kind: a per-dimension collective is all_reduce, reduce_scatter or all_gather, got {kind!r}")
+    dims = tuple(int(d) for d in dims)
+    impls = tuple(implementations or ("ring",) * len(dims))
+    if not dims or min(dims) < 1 or len(impls) != len(dims):
+        raise ValueError(f"dims: needs one positive size per dimension and one implementation each, got {dims} and "
+                         f"{impls}")
+    bad = [i for i in impls if i not in DIMENSION_ALGORITHMS]
+    if bad:
+        raise ValueError(f"implementations: unknown {bad[0]!r}; known: {', '.join(DIMENSION_ALGORITHMS)}")
+    g, S = _groups(groups), _size(size)
+    if g.shape[1] != int(np.prod(dims)):
+        raise ValueError(f"dims: {' x '.join(map(str, dims))} = {int(np.prod(dims))} ranks, but the groups have "
+                         f"{g.shape[1]}")
+    grid = g.reshape((g.shape[0], *reversed(dims)))  # [G, d_{D-1}, ..., d_0]: dimension 0 varies fastest
+
+    def phase(d: int) -> Phase:
+        n = dims[d]
+        sub = np.moveaxis(grid, grid.ndim - 1 - d, -1).reshape(-1, n)
+        data = S / float(np.prod(dims[:d]))  # each rank's data when dimension d runs
+        if impls[d] == "direct":
+            return _all_pairs(sub, data, n)  # data / n to each other rank
+        return _ring(sub, (n - 1) / n * data, n - 1)
+
+    up = [phase(d) for d in range(len(dims)) if dims[d] > 1]
+    phases = {"reduce_scatter": up, "all_gather": up[::-1], "all_reduce": up + up[::-1]}[kind]
+    return Collective(kind, "per_dimension", g, S, tuple(phases) or (_empty(),))
+
+
 def send_recv(src, dst, size: float) -> Collective:
     """Point-to-point sends ``src[i] -> dst[i]`` of ``size`` bytes each (pipeline stage boundaries)."""
     pairs = np.stack([np.asarray(src, np.int64), np.asarray(dst, np.int64)], axis=1)
