@@ -52,3 +52,52 @@ def test_bad_efficiency_names_the_field():
         nccl_anchors.ring_all_reduce_time(network, info, ranks, 2**20, efficiency=1.5)
     with pytest.raises(ValueError, match="fit_rows"):
         nccl_anchors.calibrate(fit_rows=(99,))
+
+
+# NCCL 2.22.3's tuning model (flowmodel/traffic/_nccl.py, docs/sources.md "NCCL's tuning model") on one
+# Hopper NVLink node of 8 GPUs, ring all-reduce, 14 steps, Simple at bus bandwidth B (GB/s):
+#   LL:     6.6 + 14 x 0.6 us,  min(141, B / 2) GB/s
+#   LL128: 14.0 + 14 x 1.9 us,  min(0.92 B, 16 x 36.7) GB/s
+#   Simple: 8.4 + 14 x 3.4 us,  B
+# each at algorithm bandwidth busbw x 8 / 14; a protocol wins where latency + S / algbw is least.
+def _crossing(lat_a, bw_a, lat_b, bw_b, n=8, steps=14):
+    ratio = n / steps * 1e9 / 1e6  # GB/s of bus bandwidth -> bytes per us of algorithm bandwidth
+    return (lat_b - lat_a) / (1 / (bw_a * ratio) - 1 / (bw_b * ratio))
+
+
+@pytest.mark.parametrize("B", [300.0, 360.0, 450.0])
+def test_protocol_switch_points_follow_the_tuning_model(B):
+    from flowmodel import traffic as tr
+
+    ll, ll128, simple = (6.6 + 14 * 0.6, min(141.0, B / 2)), (14.0 + 14 * 1.9, min(0.92 * B, 16 * 36.7)), \
+        (8.4 + 14 * 3.4, B)
+    first, second = _crossing(*ll, *ll128), _crossing(*ll128, *simple)
+    choose = lambda S: tr.nccl_protocol("all_reduce", S, 8, bus_bw=B * 1e9).protocol  # noqa: E731
+    assert (choose(first * 0.99), choose(first * 1.01)) == ("LL", "LL128")
+    assert (choose(second * 0.99), choose(second * 1.01)) == ("LL128", "Simple")
+    c = tr.nccl_protocol("all_reduce", 2**30, 8, bus_bw=B * 1e9)
+    assert c.seconds == pytest.approx(simple[0] * 1e-6 + 2**30 / (B * 1e9 * 8 / 14), rel=1e-12)
+    assert set(c.costs) == {"LL", "LL128", "Simple"}
+
+
+def test_protocol_model_across_nodes_and_bad_input():
+    from flowmodel import traffic as tr
+
+    two = tr.nccl_protocol("all_reduce", 2**20, 16, nodes=2, bus_bw=46e9)
+    # 2 nodes: 2 x 2 inter-node steps at the network's latency, the rest at max(NVLink, 1 us net overhead)
+    assert two.costs["LL"][0] == pytest.approx((6.6 + (30 - 4) * 1.0 + 4 * 2.7) * 1e-6)
+    assert two.costs["LL"][1] == pytest.approx(23e9)  # min(LL cap 39 (Intel, 2 nodes), 46 / 2)
+    for kwargs, message in ((dict(bus_bw=-1.0), "nccl.bus_bw"), (dict(bus_bw=1e9, arch="kepler"), "arch must be"),
+                            (dict(bus_bw=1e9, algorithm="nvls"), "ring and tree")):
+        with pytest.raises(ValueError, match=message):
+            tr.nccl_protocol("all_reduce", 2**20, 8, **kwargs)
+
+
+def test_the_protocol_model_on_the_anchor_table():
+    eff, overhead, table = nccl_anchors.calibrate_protocols()
+    assert 0.78 < eff < 0.84  # now the efficiency is NCCL's Simple overhead alone (peaks: 0.80-0.82)
+    assert 0 <= overhead < 3e-6
+    chosen = {r["size"]: r["protocol"] for r in table}
+    assert chosen[2**20] == "LL" and chosen[8 * 2**20] == "LL128" and chosen[2**30] == "Simple"
+    held = [abs(r["error"]) for r in table if not r["fit"]]
+    assert max(held) <= 0.20 and sorted(held)[len(held) // 2] <= 0.06  # README: 19.8% max, 5.2% median

@@ -1,0 +1,120 @@
+"""NCCL's choice of protocol (LL, LL128, Simple) by message size, from its own tuning model.
+
+NCCL times every (algorithm, protocol) pair of a collective as ``latency + bytes / bandwidth`` and runs
+the cheapest (``ncclTopoGetAlgoTime``, ``topoGetAlgoInfo``). The tables and refinements below are
+NCCL 2.22.3's ``src/graph/tuning.cc`` (commit 178b6b7; docs/sources.md, "NCCL's tuning model"), for
+the ring and tree algorithms:
+
+- the Simple protocol runs at the bus bandwidth ``bus_bw`` (NCCL: channels x per-channel bandwidth of
+  its topology search; here the caller's, e.g. flowmodel's fluid rate of the collective);
+- LL at ``min(ll_max_bw, bus_bw x 0.5)`` on a ring (``x 1/3.8`` on a tree), LL128 at ``min(bus_bw x
+  0.92, channels x 36.7 GB/s)`` on Hopper (0.7 with fewer than 2 GPUs per node);
+- latency ``base[algorithm][protocol] + (steps - inter_steps) x intra + inter_steps x inter`` (ring),
+  with ``intra`` the NVLink or PCI hardware latency of the protocol and ``inter`` the network's (plus
+  NCCL's per-step network overhead, 1 us on Intel CPUs, x 3 for Simple); a ring all-reduce has 2(n-1)
+  steps, a reduce-scatter or all-gather n-1.
+
+>>> from flowmodel import traffic as tr
+>>> tr.nccl_protocol("all_reduce", 1 << 20, 8, bus_bw=360e9).protocol   # 1 MiB on 8 NVLink GPUs
+'LL'
+>>> tr.nccl_protocol("all_reduce", 1 << 30, 8, bus_bw=360e9).protocol
+'Simple'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from .._checks import check_number
+
+PROTOCOLS = ("LL", "LL128", "Simple")
+ARCHS = ("volta", "ampere", "hopper")
+# us; per algorithm, (LL, LL128, Simple)
+BASE_LATENCY = {"tree": (6.8, 14.0, 0.0), "ring": (6.6, 14.0, 8.4)}
+HW_LATENCY = {"nvlink": {"tree": (0.6, 1.25, 28.0), "ring": (0.6, 1.9, 3.4)},
+              "pci": {"tree": (1.0, 1.9, 28.0), "ring": (1.0, 2.5, 5.7)},
+              "net": {"tree": (5.0, 8.5, 28.0), "ring": (2.7, 4.0, 14.0)}}
+# GB/s; columns: 1 node, 2 nodes, more. LL's cap: on one node by GPU arch, on several by CPU vendor
+LL_MAX_BW = {"volta": (39.0, 39.0, 20.4), "ampere": (87.7, 22.5, 19.0), "hopper": (141.0, 45.0, 35.0)}
+LL_MAX_BW_CPU = {"intel": LL_MAX_BW["volta"], "amd": LL_MAX_BW["ampere"]}
+PER_CHANNEL_RING_LL128 = {"volta": (20.0, 20.0, 20.0), "ampere": (20.0, 20.0, 20.0), "hopper": (36.7, 36.7, 36.7)}
+PER_CHANNEL_TREE_LL128 = {"volta": (20.0, 20.0, 20.0), "ampere": (20.0, 20.0, 20.0), "hopper": (36.7, 36.7, 29.0)}
+PER_CHANNEL_TREE = {"volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23.6, 17.8), "hopper": (38.7, 41.4, 36.0)}
+NET_OVERHEAD = {"intel": 1.0, "amd": 2.0}  # us per inter-node step (getNetOverhead)
+
+
+@dataclasses.dataclass(frozen=True)
+class ProtocolChoice:
+    """What NCCL's model picks for one call: the protocol, its time (s), and every protocol's
+    ``(latency s, bus bandwidth bytes/s, time s)``."""
+
+    protocol: str
+    seconds: float
+    costs: dict
+
+
+def _steps(kind: str, n: int, nodes: int) -> tuple[int, int]:
+    if kind == "all_reduce":
+        return 2 * (n - 1), (2 * nodes if nodes > 1 else 0)
+    if kind in ("reduce_scatter", "all_gather"):
+        return n - 1, nodes - 1
+    return n, nodes
+
+
+def nccl_protocol(kind: str, size: float, n: int, *, bus_bw: float, nodes: int = 1, algorithm: str = "ring",
+                  channels: int = 16, arch: str = "hopper", intra: str = "nvlink", cpu: str = "intel",
+                  latency_inter: float = 0.0) -> ProtocolChoice:
+    """NCCL 2.22.3's cost of each protocol for one collective and its choice.
+
+    Args:
+      kind: ``all_reduce``, ``reduce_scatter``, ``all_gather`` (or ``broadcast``).
+      size: bytes per rank as nccl-tests counts them (the all-reduce's buffer; for an all-gather or
+        reduce-scatter NCCL's nBytes, n x the per-rank count).
+      n, nodes: ranks and nodes.  bus_bw: the Simple protocol's bus bandwidth, bytes/s.
+      channels: NCCL channels (LL128's cap is per channel).  arch: the GPUs' (``volta``, ``ampere``,
+        ``hopper``; LL128 is enabled on these).  intra: ``nvlink`` or ``pci``.  cpu: ``intel`` or ``amd``.
+      latency_inter: the network path's latency, s (NCCL's ``latencyInter``).
+    """
+    if algorithm not in BASE_LATENCY:
+        raise ValueError(f"algorithm: NCCL's protocol model here covers ring and tree, got {algorithm!r}")
+    if arch not in ARCHS or intra not in ("nvlink", "pci") or cpu not in NET_OVERHEAD:
+        raise ValueError(f"nccl: arch must be one of {', '.join(ARCHS)}, intra nvlink or pci, cpu intel or amd; "
+                         f"got {arch!r}, {intra!r}, {cpu!r}")
+    check_number("nccl.size", size, strict=True)
+    check_number("nccl.bus_bw", bus_bw, strict=True)
+    check_number("nccl.n", n, minimum=2, integer=True)
+    check_number("nccl.nodes", nodes, minimum=1, integer=True)
+    check_number("nccl.channels", channels, minimum=1, integer=True)
+    col = min(nodes, 3) - 1
+    bw = bus_bw / 1e9  # GB/s, as NCCL's tables
+    ll_cap = LL_MAX_BW[arch][col] if nodes == 1 else LL_MAX_BW_CPU[cpu][col]
+    ppn = n / nodes
+    if algorithm == "ring":
+        busbw = {"LL": min(ll_cap, bw * 0.5),
+                 "LL128": min(bw * (0.7 if ppn < 2 else 0.92), channels * PER_CHANNEL_RING_LL128[arch][col]),
+                 "Simple": bw}
+    else:
+        tree = min(bw * 0.92, channels * PER_CHANNEL_TREE[arch][col])
+        busbw = {"LL": min(tree / 3.8, ll_cap),
+                 "LL128": min(tree * (7.0 / 9.0 if nodes == 1 else 120.0 / 128.0),
+                              channels * PER_CHANNEL_TREE_LL128[arch][col]),
+                 "Simple": tree}
+    steps, inter_steps = _steps(kind, n, nodes)
+    ratio = n / steps if algorithm == "ring" else 0.5  # bus bandwidth -> the algorithm bandwidth of nBytes
+    costs = {}
+    for i, p in enumerate(PROTOCOLS):
+        latency = BASE_LATENCY[algorithm][i]
+        intra_lat = HW_LATENCY[intra][algorithm][i]
+        inter_lat = HW_LATENCY["net"][algorithm][i] + latency_inter * 1e6 * (2 if p == "Simple" else 1)
+        if algorithm == "ring":
+            if nodes > 1:
+                intra_lat = max(intra_lat, NET_OVERHEAD[cpu] * (3 if p == "Simple" else 1))
+            latency += (steps - inter_steps) * intra_lat + inter_steps * inter_lat
+        else:
+            latency += 2 * ((n // nodes - 1) * intra_lat + int(math.log2(nodes)) * inter_lat)
+        algbw = busbw[p] * ratio * 1e9  # bytes/s
+        seconds = latency * 1e-6 + size / algbw
+        costs[p] = (latency * 1e-6, busbw[p] * 1e9, seconds)
+    best = min(costs, key=lambda p: costs[p][2])
+    return ProtocolChoice(best, costs[best][2], costs)
