@@ -642,6 +642,10 @@ def cmd_validate(scenario, out: str | None, quiet: bool) -> dict:
             print(f"  {job.name}: {par.size} GPUs (tp {par.tp} x cp {par.cp} x pp {par.pp} x dp {par.dp}), "
                   f"{job.micro_batches} micro-batches, ~{sum(memory.values()) / 1e9:.1f} GB per GPU of "
                   f"{job.hbm / 1e9:.0f} GB")
+        for plan in model.others:  # recommendation, RL, agentic: their GPUs and what moves on the fabric
+            ranks = plan.job.job_ranks(model.info.num_gpus)
+            phases = ", ".join(n for n in plan.phases() if not n.startswith("train/")) or "none on the fabric"
+            print(f"  {plan.job.name} ({plan.KIND}): {ranks.size} GPUs; phases: {phases}")
         print(f"  link groups: {', '.join(sorted(model.info.groups))}")
         print(f"{scenario.name}: valid")
     return {"scenario": scenario.name, "valid": True}

@@ -479,8 +479,9 @@ RECOMMENDATION = Section({
     "hbm_bandwidth": Key("bandwidth", "the rate of embedding lookups and updates (the default: H100 SXM)"),
     "algorithm": Key("str", "all-reduce algorithm of the dense gradients: `ring` or `tree`"),
 }, target=Recommendation, convert=_recommendation)
-RL_TRAINER = Section({**TRAINING, "name": Key("str", "label (default `<rl name>/trainer`)", None)},
-                     target=Training, convert=_given)
+RL_TRAINER = Section({  # a training job's keys (their defaults the dataclass's again), with a default name
+    **{k: key._replace(default=FIELD) if k in TRAINING.from_field else key for k, key in TRAINING.items()},
+    "name": Key("str", "label (default `<rl name>/trainer`)", None)}, target=Training, convert=_given)
 SERVING_KEYS = {  # read by _serving into a Serving and the workload's host_bandwidth
     "peak_flops": Key("float", "per-GPU dense peak of the inference GPUs, FLOP/s (default: their sites' "
                                "accelerator's in the model's dtype; without one, H100 SXM BF16)", None, None),

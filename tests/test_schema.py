@@ -22,6 +22,7 @@ YAML_DEFAULTS = {
     (id(config.SITE), "scale_up"): "a site without scale_up in YAML has no scale-up domains",
     (id(config.SITE), "scale_out"): "a site without scale_out in YAML is one scale-up domain",
     (id(config.TRAINING), "name"): "a YAML job must be named",
+    (id(config.RL_TRAINER), "name"): "an RL workload's trainer may leave out its name (<rl name>/trainer)",
     (id(config.MODEL), "name"): "a YAML model mapping may leave out its label",
     (id(config.SCENARIO), "name"): "a YAML scenario may leave out its name",
     (id(config.OPTIONS), "engine"): "YAML names the engine ('auto'); Options converts the name to Engine.AUTO",
