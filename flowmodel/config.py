@@ -217,7 +217,7 @@ def _serving(fields: dict, values: dict, given: set, fleet: Fleet, ranks, model:
     host_bandwidth the file did not set come from the accelerators of the sites ``ranks`` are on;
     the compute figures become a ``Serving``."""
     try:
-        figures = hardware.serving_figures(fleet, ranks, model.dtype_bytes)
+        figures = hardware.serving_figures(fleet, ranks, model.dtype_bytes, peak="peak_flops" not in given)
     except ValueError as e:
         _fail(where, str(e))
     chosen = {k: values[k] if k in given else figures.get(k) for k in SERVING_KEYS}

@@ -226,16 +226,18 @@ def accelerator_of(fleet, rank: int) -> Accelerator | None:
     return fleet.sites[i].accelerator if i < len(fleet.sites) else None
 
 
-def serving_figures(fleet, ranks, dtype_bytes: int) -> dict[str, float]:
-    """peak_flops (in the model's dtype), hbm_bandwidth and host_bandwidth of inference GPUs ``ranks``
-    from their sites' accelerators: the slowest where they span several; empty when none has one."""
+def serving_figures(fleet, ranks, dtype_bytes: int, *, peak: bool = True) -> dict[str, float]:
+    """peak_flops (in the model's dtype; with ``peak``), hbm_bandwidth and host_bandwidth of inference
+    GPUs ``ranks`` from their sites' accelerators: the slowest where they span several; empty when none
+    has one."""
     accs = [a for a in {accelerator_of(fleet, int(r)) for r in ranks} if a is not None]
     if not accs:
         return {}
-    dtype = DTYPE_OF_BYTES.get(dtype_bytes)
-    if dtype is None:
-        raise ValueError(f"model.dtype_bytes: {dtype_bytes} has no matmul dtype to read the accelerator's peak at "
-                         f"(1: fp8, 2: bf16, 4: tf32); set peak_flops")
-    return {"peak_flops": min(a.peak_flops(dtype) for a in accs),
-            "hbm_bandwidth": min(a.hbm_bandwidth for a in accs),
-            "host_bandwidth": min(a.host_bandwidth for a in accs)}
+    out = {"hbm_bandwidth": min(a.hbm_bandwidth for a in accs), "host_bandwidth": min(a.host_bandwidth for a in accs)}
+    if peak:
+        dtype = DTYPE_OF_BYTES.get(dtype_bytes)
+        if dtype is None:
+            raise ValueError(f"model.dtype_bytes: {dtype_bytes} has no matmul dtype to read the accelerator's peak "
+                             f"at (1: fp8, 2: bf16, 4: tf32); set peak_flops")
+        out["peak_flops"] = min(a.peak_flops(dtype) for a in accs)
+    return out

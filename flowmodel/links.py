@@ -290,7 +290,7 @@ def build(model, fleet, *, network=None, options=None, logits=None) -> LinkView:
 
     network = model.network if network is None else network
     options = (model.options if options is None else options).exact()
-    if is_traced(fleet.step_time):
+    if is_traced(*(r.step_time for r in fleet.every.values()), *fleet.kv_transfer_s.values()):
         raise ValueError("links: needs a concrete evaluation (Model.evaluate), not one inside jit or vmap")
     capacity = np.asarray(network.capacity, np.float64)
     latency = network.latency

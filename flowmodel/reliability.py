@@ -72,7 +72,7 @@ from .steptime import (
     step_bytes,
     young_daly,
 )
-from .steptime._attached import climb, down
+from .steptime._attached import climb, descents
 
 DAY = 86400.0  # seconds; failure rates are given per component-day
 UNITS = {"_days": "days", "_per_day": "per day", "effective": "healthy time / expected time",
@@ -142,13 +142,14 @@ def _storage_traffic(model: Model, ranks: np.ndarray, shard: float) -> StorageTr
     L = info.num_links
     sites = sorted({info.site_of(int(info.gpus[r])) for r in ranks})
     paths = climb(info, ranks, "reliability.storage")
+    downs = descents(info, paths)
     H = max(len(p) for p in paths) + 1
     write = np.full((len(paths), H), -1, np.int32)
     read = np.full((len(paths), H), -1, np.int32)
-    for f, (r, path) in enumerate(zip(ranks.tolist(), paths)):
+    for f, (r, path, back) in enumerate(zip(ranks.tolist(), paths, downs)):
         s = sites.index(info.site_of(int(info.gpus[r])))
         write[f, :len(path) + 1] = path + [L + s]
-        read[f, :len(path) + 1] = [L + len(sites) + s] + down(info, path)
+        read[f, :len(path) + 1] = [L + len(sites) + s] + back
     return StorageTraffic(write, read, shard, len(sites))
 
 

@@ -110,7 +110,8 @@ def run(prefix: str, fabric: Fabric, *, system: str | None = None, comm_groups: 
             "makespan_s": float(result.makespan), "finish_s": finish.tolist(),
             "critical_path": result.critical_path, "classes": classes,
             "system": {"file": system, "algorithms": dict(sysinfo.algorithms), "chunks": sysinfo.chunks,
-                       "per_dimension": {k: list(v) for k, v in dict(sysinfo.dimensions).items()} if fabric.dims else {},
+                       "per_dimension": {k: list(v) for k, v in dict(sysinfo.dimensions).items()  # the kinds run so
+                                         if fabric.dims and len(v) == len(fabric.dims)},
                        "step_latency_s": options.step_latency, "ignored": list(sysinfo.ignored),
                        "notes": list(sysinfo.notes)},
             "zero_time_nodes": zero_time_nodes(trace),

@@ -40,7 +40,8 @@ def test_kv_bytes_by_hand():
     assert job.contexts().tolist() == [10_000, 10_150, 10_300]
     b = job.bytes()
     assert b["kv_fetch"] == pytest.approx(0.6 * 10_000 * KV)
-    assert b["kv_offload"] == b["kv_reload"] == pytest.approx((10_150 + 10_300) * KV)  # the cache at each tool call
+    # the cache at each tool call: the call's context and its output, before the tool's 50 tokens
+    assert b["kv_offload"] == b["kv_reload"] == pytest.approx((10_100 + 10_250) * KV)
     assert b["kv_write_back"] == pytest.approx((10_300 + 100) * KV)
     no = _service(offload=False, write_back=False, prefix_hit_rate=0.0).bytes()
     assert no == {"kv_fetch": 0.0, "kv_offload": 0.0, "kv_reload": 0.0, "kv_write_back": 0.0}

@@ -77,6 +77,13 @@ def test_colocated_p2p_in_the_same_layout_moves_nothing():
     plan = _model(job, _fleet(4)).others[0]
     assert plan.sync is None and plan.rollout is None  # every piece and rollout stays on its GPU
     assert job.instances.tolist() == [[0, 1, 2, 3]]
+    # from host memory, each GPU still reads its own quarter over its host link
+    host = _model(_rl(sync="p2p", generators=(), generator_tp=4, weights_in_host=True, host_bandwidth=64e9),
+                  _fleet(4))
+    assert host.others[0].sync is None
+    assert _parts(host)[1]["weight_sync"] == pytest.approx(job.sync_bytes / 4 / 64e9, rel=1e-9)
+    report = host.evaluate().rl["rl"].collectives["weight_sync"]
+    assert np.isfinite(float(report["bound_seconds"])) and float(report["efficiency"]) == pytest.approx(1.0)
 
 
 def test_iteration_closed_form_on_one_switch():
@@ -116,6 +123,9 @@ def test_generation_roofline_by_hand():
     kv = m.kv_bytes_per_token()
     memory = (m.params * 2 + 1 * (1000 + 5) * kv) / 2 / 2e12
     assert s.decode(m, 10, 1, 1000, 2) == pytest.approx(10 * memory)
+    # an RL instance prefills its batch prompt by prompt (each attends to itself), then decodes the batch
+    job = _rl(serving=s, rollouts=8, prompt_tokens=128, response_tokens=256)
+    assert job.generation_seconds() == pytest.approx(8 * s.prefill(m, 128, 0, 4) + s.decode(m, 256, 8, 128, 4))
 
 
 def test_gradient_matches_finite_differences():

@@ -22,7 +22,7 @@ from ..fabric._network import FabricInfo, Network
 from ..routing import Router
 from ..traffic._agentic import Agentic
 from ..traffic._collectives import bus_factor
-from ._attached import Attached, climb, down, fabric_bytes
+from ._attached import Attached, climb, descents, fabric_bytes
 from ._comm import DOMAINS, EXACT, Options, RoutedPhase, phase_time, residual_capacity
 from ._training import StepResult, phase_bound
 
@@ -93,8 +93,9 @@ def plan_agentic(job: Agentic, info: FabricInfo, router: Router | None = None, *
     per_rank = {k: v / job.tp for k, v in job.bytes().items()}
     store = per_rank["kv_fetch"] > 0 or per_rank["kv_write_back"] > 0
     up = climb(info, ranks, f"agentic[{job.name}]") if store else None
+    back = descents(info, up) if store else None
     paths = {
-        "kv_fetch": lambda f, r: [attached.storage_out(r), *down(info, up[f]), attached.host_in(r)],
+        "kv_fetch": lambda f, r: [attached.storage_out(r), *back[f], attached.host_in(r)],
         "kv_offload": lambda f, r: [attached.host_out(r)],
         "kv_reload": lambda f, r: [attached.host_in(r)],
         "kv_write_back": lambda f, r: [attached.host_out(r), *up[f], attached.storage_in(r)],

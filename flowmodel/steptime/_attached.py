@@ -20,6 +20,7 @@ import numpy as np
 
 from ..fabric import FabricInfo, Tier
 from ..kernels import link_bytes
+from ..routing import Unreachable
 from ..routing._policies import SubFlows
 from ..traffic._collectives import Phase
 from ._comm import RoutedPhase, domain_of
@@ -29,7 +30,8 @@ _CLIMB = (Tier.NIC, Tier.LEAF_SPINE, Tier.SPINE_AGGREGATION)  # the scale-out pa
 
 def climb(info: FabricInfo, ranks, where: str = "storage") -> list[list[int]]:
     """Each GPU rank's up-path from its NIC to its site's top tier (link indices), spread evenly over
-    the up-links of every level. Raises (naming ``where``) for a GPU with no scale-out path."""
+    the up-links of every level. Raises ``Unreachable`` (naming ``where``) for a GPU with no scale-out
+    path: a failure scenario reports the workload lost, as it does a job without a route."""
     up: dict[int, list[int]] = {}
     for i in np.flatnonzero((info.direction == "up") & np.isin(info.tier, _CLIMB)):
         up.setdefault(int(info.src[i]), []).append(int(i))
@@ -42,21 +44,22 @@ def climb(info: FabricInfo, ranks, where: str = "storage") -> list[list[int]]:
             radix *= len(links)
             node = int(info.dst[path[-1]])
         if not path:
-            raise ValueError(f"{where}: GPU rank {r} has no scale-out path to its site's storage")
+            raise Unreachable(f"{where}: GPU rank {r} has no scale-out path to its site's storage")
         paths.append(path)
     return paths
 
 
-def down(info: FabricInfo, path: list[int]) -> list[int]:
-    """The reverse of an up-path: the same links the other way, top first."""
-    reverse = {(int(u), int(v)): i for i, (u, v) in enumerate(zip(info.src, info.dst))}
-    return [reverse[(int(info.dst[i]), int(info.src[i]))] for i in reversed(path)]
+def descents(info: FabricInfo, paths: list[list[int]]) -> list[list[int]]:
+    """The reverse of each up-path: the same links the other way, top first."""
+    reverse = {(int(u), int(v)): i for i, (u, v) in enumerate(zip(info.src, info.dst))}  # built once
+    return [[reverse[(int(info.dst[i]), int(info.src[i]))] for i in reversed(path)] for path in paths]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Attached:
-    """The host links of ``gpus`` (int64[G] ranks) and the storage of the sites they are on, appended
-    after the fabric's ``num_links`` links; ``capacity`` float64[2G + 2S]."""
+    """The host links of ``gpus`` (int64[G] ranks) and, with a storage bandwidth, the storage of the
+    sites they are on, appended after the fabric's links; ``capacity`` float64[2G + 2S] (S = 0 without
+    storage)."""
 
     info: FabricInfo
     gpus: np.ndarray
@@ -66,7 +69,11 @@ class Attached:
     @classmethod
     def of(cls, info: FabricInfo, gpus, host_bandwidth: float, storage_bandwidth: float = 0.0) -> Attached:
         gpus = np.unique(np.asarray(gpus, np.int64))
-        sites = tuple(sorted({info.site_of(int(info.gpus[r])) for r in gpus.tolist()}))
+        if not host_bandwidth > 0 or storage_bandwidth < 0:
+            raise ValueError(f"attached links: host bandwidth must be > 0 and storage bandwidth >= 0, got "
+                             f"{host_bandwidth!r} and {storage_bandwidth!r}")
+        on = {info.site_of(int(info.gpus[r])) for r in gpus.tolist()}
+        sites = tuple(sorted(on)) if storage_bandwidth > 0 else ()
         capacity = np.concatenate([np.full(2 * gpus.size, float(host_bandwidth)),
                                    np.full(2 * len(sites), float(storage_bandwidth))])
         return cls(info, gpus, sites, capacity)

@@ -122,7 +122,7 @@ def _split(logits):
 
 def _reshard(job: RL, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(src, dst, bytes) of the p2p sync: every generator GPU's shard from the trainer ranks that hold
-    it (instance i from trainer replica i mod dp), local pieces dropped."""
+    it (instance i from trainer replica i mod dp), local pieces (src == dst) included."""
     dp, pp, _, tp = grid.shape
     gen = job.instances
     K = gen.shape[1]
@@ -136,9 +136,7 @@ def _reshard(job: RL, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndar
             src.append(grid[i % dp, s, 0, ti])
             dst.append(gen[i, ki])
             size.append(per_stage * overlap[ti, ki])
-    src, dst, size = (np.concatenate(x) for x in (src, dst, size))
-    moved = src != dst
-    return src[moved], dst[moved], size[moved]
+    return tuple(np.concatenate(x) for x in (src, dst, size))
 
 
 def _chains(info: FabricInfo, owner: int, receivers: np.ndarray, channels: int) -> tuple[np.ndarray, np.ndarray]:
@@ -175,11 +173,12 @@ def plan_rl(job: RL, info: FabricInfo, router: Router, *, policy: str = "ecmp", 
         per_gpu = job.sync_bytes
     else:
         src, dst, size = _reshard(job, grid)
-        phase = Phase(src.astype(np.int64), dst.astype(np.int64), size, 1)
-        if job.weights_in_host and src.size:
+        if job.weights_in_host and src.size:  # every piece read leaves its source's host memory, kept ones too
             owners, where = np.unique(src, return_inverse=True)
             host = Attached.of(info, owners, job.host_bandwidth)
             h2d = host.phase(owners, [[host.host_in(int(r))] for r in owners], np.bincount(where, weights=size))
+        moved = src != dst  # a piece a GPU keeps crosses no fabric link
+        phase = Phase(src[moved].astype(np.int64), dst[moved].astype(np.int64), size[moved], 1)
         per_gpu = job.sync_bytes / gen.shape[1]
     sync = route_phase(phase, router, policy, seed=seed, qps=qps) if phase.num_flows else None
     first_stage = grid[np.arange(gen.shape[0]) % grid.shape[0], 0, 0, 0]
@@ -221,8 +220,9 @@ def iteration_time(plan: RLPlan, network: Network, options: Options = EXACT, *, 
         parts = {"generation": exposed, "rollout_transfer": zero, "training": training, "weight_sync": sync}
     total = parts["generation"] + parts["rollout_transfer"] + training + sync
     by_domain = {d: job.train_steps * train.by_domain[d] for d in DOMAINS}
-    for ph, seconds in ((plan.sync, sync), (plan.rollout, parts["rollout_transfer"])):
-        if ph is not None:
+    for ph, seconds in ((plan.sync if plan.sync is not None else plan.h2d, sync),
+                        (plan.rollout, parts["rollout_transfer"])):
+        if ph is not None:  # a sync on host links alone counts as scale_up (inside the node)
             by_domain[ph.domain] = by_domain[ph.domain] + seconds
     report = {}
     if plan.sync is not None or plan.h2d is not None:

@@ -8,7 +8,8 @@ A request runs ``turns`` model calls on one instance, with a tool call between e
 2. Each call prefills what is new (the misses, then the previous call's output and the tool's
    result, ``tool_tokens``) and decodes ``output_tokens`` with ``batch`` requests decoded together.
 3. Each tool call runs for ``tool_seconds`` on the CPU. With ``offload`` the request's KV cache
-   leaves HBM for host memory over the host link meanwhile and comes back after it.
+   goes to host memory over the host link when the call starts and comes back when it ends, each
+   transfer counted in the latency beside the tool's time (a conservative schedule: no overlap).
 4. With ``write_back`` the final KV cache goes to the store after the answer (off the request's
    latency, but on the fabric: its bytes load it).
 
@@ -103,7 +104,8 @@ class Agentic:
         ``kv_fetch`` from the store, ``kv_offload`` and ``kv_reload`` over the host links (summed over
         the tool calls), ``kv_write_back`` to the store."""
         kv = float(self.model.kv_bytes_per_token())
-        held = self.contexts()[1:] if self.offload else np.zeros(0)  # the cache at each tool call
+        # the cache at each tool call: the previous call's context and output, not yet the tool's result
+        held = self.contexts()[1:] - self.tool_tokens if self.offload else np.zeros(0)
         final = self.contexts()[-1] + self.output_tokens
         return {"kv_fetch": self.prefix_hit_rate * self.context_tokens * kv,
                 "kv_offload": float(held.sum()) * kv, "kv_reload": float(held.sum()) * kv,

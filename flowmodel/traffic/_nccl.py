@@ -12,7 +12,10 @@ the ring and tree algorithms:
 - latency ``base[algorithm][protocol] + (steps - inter_steps) x intra + inter_steps x inter`` (ring),
   with ``intra`` the NVLink or PCI hardware latency of the protocol and ``inter`` the network's (plus
   NCCL's per-step network overhead, 1 us on Intel CPUs, x 3 for Simple); a ring all-reduce has 2(n-1)
-  steps, a reduce-scatter or all-gather n-1.
+  steps, a reduce-scatter or all-gather n-1; a multi-node ring all-reduce on Simple pays its latency
+  x 1.4 (x 1.9 before Ampere) once bytes / (channels x ranks) >= 64 (``ncclTopoGetAlgoTime``'s
+  plateau). Not applied: the tree's size-dependent correction factor (``treeCorrectionFactor``), and
+  the tree runs all-reduces only, as in NCCL.
 
 >>> from flowmodel import traffic as tr
 >>> tr.nccl_protocol("all_reduce", 1 << 20, 8, bus_bw=360e9).protocol   # 1 MiB on 8 NVLink GPUs
@@ -78,6 +81,8 @@ def nccl_protocol(kind: str, size: float, n: int, *, bus_bw: float, nodes: int =
     """
     if algorithm not in BASE_LATENCY:
         raise ValueError(f"algorithm: NCCL's protocol model here covers ring and tree, got {algorithm!r}")
+    if algorithm == "tree" and kind != "all_reduce":
+        raise ValueError(f"algorithm: NCCL runs {kind} on rings only, not on a tree")
     if arch not in ARCHS or intra not in ("nvlink", "pci") or cpu not in NET_OVERHEAD:
         raise ValueError(f"nccl: arch must be one of {', '.join(ARCHS)}, intra nvlink or pci, cpu intel or amd; "
                          f"got {arch!r}, {intra!r}, {cpu!r}")
@@ -113,6 +118,9 @@ def nccl_protocol(kind: str, size: float, n: int, *, bus_bw: float, nodes: int =
             latency += (steps - inter_steps) * intra_lat + inter_steps * inter_lat
         else:
             latency += 2 * ((n // nodes - 1) * intra_lat + int(math.log2(nodes)) * inter_lat)
+        plateau = algorithm == "ring" and p == "Simple" and nodes > 1 and kind == "all_reduce"
+        if plateau and size / (channels * n) >= 64:
+            latency *= 1.9 if arch == "volta" else 1.4  # the ring's plateau effect
         algbw = busbw[p] * ratio * 1e9  # bytes/s
         seconds = latency * 1e-6 + size / algbw
         costs[p] = (latency * 1e-6, busbw[p] * 1e9, seconds)

@@ -23,8 +23,9 @@ The weight sync moves ``params x weight_bytes`` from the trainer's layout to the
 - ``p2p``: every generator GPU fetches only its own shard, directly from the trainer ranks that hold
   it (a TP re-shard: trainer TP rank t and generator TP rank k share ``|[t/tp, (t+1)/tp) n
   [k/K, (k+1)/K)|`` of every layer), each instance from its own trainer replica (instance i from
-  replica ``i mod dp``); with ``weights_in_host`` each piece first crosses its source's host link.
-  A piece whose source and destination are the same GPU moves no bytes over any link.
+  replica ``i mod dp``); with ``weights_in_host`` each piece first crosses its source's host link
+  (once per piece read, the pieces a GPU keeps for itself included). A piece whose source and
+  destination are the same GPU moves no bytes over the fabric.
 """
 
 from __future__ import annotations
@@ -161,7 +162,7 @@ class RL:
     def generation_seconds(self) -> float:
         """One instance's generation of its batch: prefill of the prompts, then the decode steps."""
         model, b, tp = self.trainer.model, self.batch(), self.instances.shape[1]
-        return (self.serving.prefill(model, b * self.prompt_tokens, 0, tp)
+        return (b * self.serving.prefill(model, self.prompt_tokens, 0, tp)  # b prompts, each attending to itself
                 + self.serving.decode(model, self.response_tokens, b, self.prompt_tokens, tp))
 
     def rollout_bytes(self) -> float:
