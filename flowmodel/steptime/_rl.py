@@ -129,10 +129,10 @@ def _reshard(job: RL, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndar
     t, k = np.arange(tp)[:, None], np.arange(K)[None, :]
     overlap = np.clip(np.minimum((t + 1) / tp, (k + 1) / K) - np.maximum(t / tp, k / K), 0.0, None)  # [tp, K]
     per_stage = job.sync_bytes / pp
+    ti, ki = np.nonzero(overlap > 0)  # the (trainer TP rank, generator TP rank) pairs that share a slice
     src, dst, size = [], [], []
     for i in range(gen.shape[0]):
         for s in range(pp):
-            ti, ki = np.nonzero(overlap > 0)
             src.append(grid[i % dp, s, 0, ti])
             dst.append(gen[i, ki])
             size.append(per_stage * overlap[ti, ki])
