@@ -171,7 +171,14 @@ def test_fluid_events_equal_the_xla_engine_and_finish_times_the_oracle(seed):
                                       else getattr(ev0, field))
 
 
-def test_fluid_gradients_equal_the_xla_engine():
+@pytest.mark.parametrize("budget", [None, 300, 0])
+def test_fluid_gradients_equal_the_xla_engine(budget, monkeypatch):
+    """With the whole forward recorded (None), its first intervals only (300 entries), or none (every
+    interval re-solved in full)."""
+    from flowmodel.kernels import _host_adjoint
+
+    if budget is not None:
+        monkeypatch.setattr(_host_adjoint, "RECORD_BUDGET", budget)
     ft, rng, routes, sizes, start, latency, w, limit = fluid_instance(7, F=80)
     a = rng.normal(size=routes.shape[0])
 

@@ -283,6 +283,20 @@ _EXACT_EVERY = 32
 @njit
 def _simulate(r, ptr, idx, sizes, cap, w, lim, arrival, tie):
     """Fluid finish times and the recorded events (the arrays of ``fluid.Events``); see module docstring."""
+    none = np.empty(0, np.int32)
+    return event_loop(r, ptr, idx, sizes, cap, w, lim, arrival, tie, none, none, np.empty(0), np.empty(0), none,
+                      np.empty(1, np.int64))[:9]
+
+
+@njit
+def event_loop(r, ptr, idx, sizes, cap, w, lim, arrival, tie, rec_f, rec_b, rec_x, rec_wat, rec_step, rec_ptr):
+    """``_simulate``, which also records each interval's solve for the adjoint while ``rec_*`` have room.
+
+    Interval k's solve is entries ``rec_ptr[k]:rec_ptr[k + 1]``, in freezing order: the flow, its
+    bottleneck (L: capped), its rate, the bottleneck's weight when it froze, and the step. Returns
+    ``_simulate``'s values and the number of intervals recorded (the first ones; once the next one
+    does not fit, recording stops).
+    """
     F = r.shape[0]
     L = cap.shape[0]
     E = 2 * F + 1
@@ -314,7 +328,7 @@ def _simulate(r, ptr, idx, sizes, cap, w, lim, arrival, tie):
     rates = np.zeros(F)
     step_f = np.full(F, -1, np.int64)
     seq = np.empty(F, np.int64)
-    # the structure ``_fill`` writes, which the loop never reads (its gradient re-solves each interval)
+    # the structure ``_fill`` writes: the recording reads each frozen flow's bottleneck and its weight
     pass_f, bneck = np.zeros(F, np.int32), np.zeros(F, np.int32)
     pass_l, share, wat, step_l = np.zeros(L + 1, np.int32), np.zeros(L + 1), np.zeros(L + 1), np.zeros(L, np.int64)
     nseq = 0
@@ -327,6 +341,8 @@ def _simulate(r, ptr, idx, sizes, cap, w, lim, arrival, tie):
     n_done = 0
     k = 0
     left = 0
+    n_rec = 0
+    rec_ptr[0] = 0
     while n_done < F and k < E:
         if restart != never:
             W[:] = 0.0
@@ -374,6 +390,16 @@ def _simulate(r, ptr, idx, sizes, cap, w, lim, arrival, tie):
                                bneck, pass_l, share, wat, step_f, step_l, step0, seq, nseq, False)
             if left > 0:
                 break
+        if n_rec == k and rec_ptr.shape[0] > k + 1 and rec_ptr[k] + nseq <= rec_f.shape[0]:
+            at = rec_ptr[k]
+            for i in range(nseq):
+                f = seq[i]
+                b = bneck[f]
+                rec_f[at + i], rec_b[at + i], rec_x[at + i] = f, b, rates[f]
+                rec_wat[at + i] = wat[b] if b < L else 0.0
+                rec_step[at + i] = step_f[f]
+            rec_ptr[k + 1] = at + nseq
+            n_rec = k + 1
         # the next event: the earliest completion under these rates, or the next activation
         tau_min = _INF
         for f in range(F):
@@ -418,7 +444,7 @@ def _simulate(r, ptr, idx, sizes, cap, w, lim, arrival, tie):
         completes[k + 1] = by_completion
         t_now = t_next
         k += 1
-    return finish, time, cause, completes, first, last, k + 1, left, F - n_done
+    return finish, time, cause, completes, first, last, k + 1, left, F - n_done, n_rec
 
 
 # ---- NumPy entry points (what the JAX callbacks run) ------------------------------------------------
@@ -460,18 +486,46 @@ def batched(kernel, routes, values, ndims, L, extra=()):
     return tuple(o.reshape(batch + o.shape[1:]) for o in outs)
 
 
+def compact_links(routes, L):
+    """(routes renumbered onto the links they cross, those links in order), or (routes, None) when
+    they cross all L. The kernels allocate and scan per-link state at every solve, and the adjoint
+    solves once per interval: a phase over a few hundred of a fleet's thousands of links should pay
+    for its own. Out-of-range routes are left as they are, for ``_csr`` to reject."""
+    r = np.asarray(routes)
+    if r.size == 0 or r.min() < -1 or r.max() >= L:
+        return r, None
+    used = np.flatnonzero(np.bincount(r[r >= 0].ravel(), minlength=L))
+    if used.size == L:
+        return r, None
+    lookup = np.full(L + 1, -1, np.int32)  # lookup[-1] (a pad) stays -1
+    lookup[used] = np.arange(used.size, dtype=np.int32)
+    return lookup[r], used
+
+
 def solve(routes, capacity, weights, rate_limit, present):
     """Max-min rates and structure, batched over any leading dimensions of the arguments: (rates,
     pass_of_flow, bottleneck, pass_of_link, share, weight_at, num_passes, unfrozen)."""
-    return batched(solve_csr, routes, (capacity, weights, rate_limit, present), (1, 1, 1, 1),
-                    np.shape(capacity)[-1])
+    L = np.shape(capacity)[-1]
+    r, used = compact_links(routes, L)
+    if used is None:
+        return batched(solve_csr, r, (capacity, weights, rate_limit, present), (1, 1, 1, 1), L)
+    rates, pass_f, bneck, pass_l, share, wat, n_pass, left = batched(
+        solve_csr, r, (np.asarray(capacity)[..., used], weights, rate_limit, present), (1, 1, 1, 1), used.size)
+    slot = np.append(used, L)  # the compact solve's "no link" (capped) slot is L's
+    full = lambda a, fill: np.full(a.shape[:-1] + (L + 1,), fill, a.dtype)  # noqa: E731
+    pass_full, share_full, wat_full = full(pass_l, -1), full(share, np.inf), full(wat, 0.0)
+    pass_full[..., slot], share_full[..., slot], wat_full[..., slot] = pass_l, share, wat
+    return rates, pass_f, slot[bneck].astype(bneck.dtype), pass_full, share_full, wat_full, n_pass, left
 
 
 def simulate(routes, sizes, capacity, weights, rate_limit, arrival, tie):
     """The fluid event loop, batched over leading dimensions: (finish, time, cause, completes, first,
     last, count, unfrozen, not completed)."""
-    return batched(_simulate, routes, (sizes, capacity, weights, rate_limit, arrival),
-                    (1, 1, 1, 1, 1), np.shape(capacity)[-1], (tie,))
+    L = np.shape(capacity)[-1]
+    r, used = compact_links(routes, L)
+    if used is not None:
+        capacity, L = np.asarray(capacity)[..., used], used.size
+    return batched(_simulate, r, (sizes, capacity, weights, rate_limit, arrival), (1, 1, 1, 1, 1), L, (tie,))
 
 
 # ---- JAX entry points ---------------------------------------------------------------------------------

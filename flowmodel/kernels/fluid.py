@@ -154,13 +154,18 @@ def _after_event(t, rf: _Refill, completing, arriving):
     return rf._replace(restart=restart, removed=removed)
 
 
+def _arrival(routes, start_times, latency):
+    """Each flow's activation time: its start plus its route's latency."""
+    lat = jnp.concatenate([latency, jnp.zeros((1,), latency.dtype)])
+    return start_times + jnp.sum(lat[pad_routes(routes, latency.shape[0])], axis=1)
+
+
 def _simulate(routes, members, sizes, capacity, weights, rate_limit, start_times, latency, has_caps, engine):
     F, _ = routes.shape
     L = capacity.shape[0]
     dtype = capacity.dtype
     max_events = 2 * F + 1  # every event activates or completes at least one flow
-    lat = jnp.concatenate([latency, jnp.zeros((1,), dtype)])
-    arrival = start_times + jnp.sum(lat[pad_routes(routes, L)], axis=1)
+    arrival = _arrival(routes, start_times, latency)
     if engine is Engine.HOST:
         finish, *ev, undone = host_simulate(routes, sizes, capacity, weights, rate_limit, arrival, _TIE)
         finish = eqx.error_if(finish, undone > 0, EVENT_BOUND)
@@ -240,18 +245,22 @@ def _finish(routes, members, sizes, capacity, weights, rate_limit, start_times, 
 def _finish_fwd(routes, members, sizes, capacity, weights, rate_limit, start_times, latency, has_caps, engine):
     finish, ev = _simulate(routes, members, sizes, capacity, weights, rate_limit, start_times, latency, has_caps,
                            engine)
-    return finish, (routes, members, capacity, weights, rate_limit, ev)
+    # the host adjoint re-runs the event loop (recording each interval's solve), so it keeps its inputs
+    host = (sizes, start_times, latency) if engine is Engine.HOST else None
+    return finish, (routes, members, capacity, weights, rate_limit, ev, host)
 
 
 def _finish_bwd(has_caps, engine, res, finish_bar):
-    routes, members, capacity, weights, rate_limit, ev = res
+    routes, members, capacity, weights, rate_limit, ev, host = res
     F, _ = routes.shape
     L = capacity.shape[0]
     dtype = capacity.dtype
     E = ev.time.shape[0]
     if engine is Engine.HOST:  # the whole recursion in one compiled kernel (kernels/_host_adjoint.py)
-        size_bar, cap_bar, w_bar, lim_bar, t_bar = fluid_adjoint(routes, capacity, weights, rate_limit, ev,
-                                                                 finish_bar)
+        sizes, start_times, latency = host
+        size_bar, cap_bar, w_bar, lim_bar, t_bar = fluid_adjoint(
+            routes, sizes, capacity, weights, rate_limit, _arrival(routes, start_times, latency), _TIE, ev,
+            finish_bar)
         return (None, None, size_bar, cap_bar, w_bar, lim_bar, *_arrival_adjoint(routes, L, F, E, ev, t_bar))
     # d finish_f / d (time of the event at which f completes) = 1
     t_bar0 = jnp.zeros(E, dtype).at[jnp.where(ev.last >= 0, ev.last, E - 1)].add(finish_bar)
