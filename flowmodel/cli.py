@@ -356,7 +356,7 @@ def cmd_optimize(scenario, out: str, quiet: bool, pareto: int | None = None) -> 
               "optimized_breakdown_s": _floats(after.jobs[after.critical()].breakdown)}
     plots.loss_curve(res.history, os.path.join(out, "optimize_loss.png"),
                      exact={"baseline (exact)": res.baseline, "search end (exact)": searched,
-                            "refined (exact)": res.optimized})
+                            "refined (exact)": res.optimized}, rates=o.search)
     plots.breakdown_bars({"baseline": result["baseline_breakdown_s"], "optimized": result["optimized_breakdown_s"]},
                          os.path.join(out, "optimize_breakdown.png"),
                          spread=None if len(report_seeds) == 1 else

@@ -584,8 +584,9 @@ OPTIMIZE = Section({
                             "`time_to_train` (the reliability section)"),
     "kv_weight": Key("float", "under `throughput`: seconds of objective per second of each inference service's KV "
                               "transfer time (0: inference does not enter)"),
-    "search": Key("str", "rates the gradient search runs on: `smooth` (alpha-fair relaxation) or `exact` (the exact "
-                         "model's subgradients); results are always reported exact"),
+    "search": Key("str", "rates the gradient search runs on: `exact` (the exact model's subgradients: a search step "
+                         "costs 2-3 exact evaluations) or `smooth` (the alpha-fair relaxation: 9-16); results are "
+                         "always reported exact"),
     "routing": Key("str", "`wcmp`: the split weights of every job's routed phases join the search beside the knobs "
                           "(needs fabric.routing.policy: wcmp; the as-built point is the even split); `none`: routes "
                           "stay as routed"),

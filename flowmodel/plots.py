@@ -29,12 +29,12 @@ COMPONENT_COLOURS = {"compute": "#1f77b4", "tp": "#ff7f0e", "cp": "#8c564b", "ep
                      "pipeline": "#2ca02c", "dp": "#d62728"}
 
 
-def loss_curve(history, path: str, *, exact: dict[str, float] | None = None) -> None:
-    """The searched (smooth) objective per optimizer step, with the exact step time at the labelled
-    points (``{"baseline (exact)": s, "result (exact)": s}``) as horizontal lines."""
+def loss_curve(history, path: str, *, exact: dict[str, float] | None = None, rates: str = "smooth") -> None:
+    """The searched objective per optimizer step (on ``rates``: smooth or exact), with the exact step
+    time at the labelled points (``{"baseline (exact)": s, "result (exact)": s}``) as horizontal lines."""
     plt = new_figure()
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
-    ax.plot(range(1, len(history) + 1), history, label="searched objective (smooth rates)")
+    ax.plot(range(1, len(history) + 1), history, label=f"searched objective ({rates} rates)")
     for (label, value), style in zip((exact or {}).items(), ("--", ":", "-.")):
         ax.axhline(value, color="black", linestyle=style, linewidth=1, label=f"{label}: {value:.4g} s")
     ax.set_xlabel("step")

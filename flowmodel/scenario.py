@@ -104,7 +104,7 @@ class Search:
     seed: int = 0
     objective: str = "step_time"
     kv_weight: float = 0.0
-    search: str = "smooth"
+    search: str = "exact"
     routing: str = "none"
 
     def __post_init__(self):
