@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._host import batched, compact_links, event_loop, njit, solve_csr
+from ._host import _empty, batched, compact_links, event_loop, njit, solve_csr
 
 
 @njit
@@ -135,7 +135,7 @@ def _recorded_adjoint(r, w, lim_bar, w_bar, cap_bar, s_hat, g, rec_f, rec_b, rec
 def _fluid_adjoint(r, ptr, idx, sizes, cap, w, lim, arrival, time, cause, completes, first, last, count, finish_bar,
                    tie, budget):
     """(size_bar, cap_bar, w_bar, lim_bar, t_bar) of the fluid event recursion (``fluid._finish_bwd``)."""
-    F, H = r.shape
+    F = r.shape[0]
     L = cap.shape[0]
     E = time.shape[0]
     size = min(budget, F * E)
@@ -145,10 +145,7 @@ def _fluid_adjoint(r, ptr, idx, sizes, cap, w, lim, arrival, time, cause, comple
                        rec_ptr)[9]
     empty = np.zeros(F, np.bool_)
     for f in range(F):
-        empty[f] = True
-        for h in range(H):
-            if r[f, h] >= 0:
-                empty[f] = False
+        empty[f] = _empty(r, f)
     t_bar = np.zeros(E)
     for f in range(F):
         t_bar[int(last[f]) if last[f] >= 0 else E - 1] += finish_bar[f]
