@@ -206,7 +206,7 @@ def _fill(r, ptr, idx, cap, w, lim, order, n_cap, free, n_free, W, cnt, frz, rat
 
 
 @njit
-def _empty(r, f):
+def route_empty(r, f):
     for h in range(r.shape[1]):
         if r[f, h] >= 0:
             return False
@@ -259,7 +259,7 @@ def solve_csr(r, ptr, idx, cap, w, lim, present):
     cnt = np.zeros(L, np.int64)
     n_free = 0
     for f in range(F):
-        if present[f] and _empty(r, f):  # an empty route: its cap, before any pass
+        if present[f] and route_empty(r, f):  # an empty route: its cap, before any pass
             rates[f] = lim[f]
             pass_f[f] = 0
         elif present[f]:
@@ -313,7 +313,7 @@ def event_loop(r, ptr, idx, sizes, cap, w, lim, arrival, tie, rec_f, rec_b, rec_
     tau = np.full(F, _INF)
     empty = np.zeros(F, np.bool_)
     for f in range(F):
-        empty[f] = _empty(r, f)
+        empty[f] = route_empty(r, f)
     by_arrival = np.argsort(arrival, kind="mergesort")
     t_now = arrival[by_arrival[0]]
     time[0] = t_now

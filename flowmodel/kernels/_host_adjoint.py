@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._host import _empty, batched, compact_links, event_loop, njit, solve_csr
+from ._host import batched, compact_links, event_loop, njit, route_empty, solve_csr
 
 
 @njit
@@ -145,7 +145,7 @@ def _fluid_adjoint(r, ptr, idx, sizes, cap, w, lim, arrival, time, cause, comple
                        rec_ptr)[9]
     empty = np.zeros(F, np.bool_)
     for f in range(F):
-        empty[f] = _empty(r, f)
+        empty[f] = route_empty(r, f)
     t_bar = np.zeros(E)
     for f in range(F):
         t_bar[int(last[f]) if last[f] >= 0 else E - 1] += finish_bar[f]
