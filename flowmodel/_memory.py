@@ -93,9 +93,12 @@ def fabric_counts(fleet) -> tuple[int, int]:
     return nodes, links + 2 * len(fleet.long_haul)
 
 
-def training_flows(job) -> int:
-    """Flows of one training job's routed collectives (per-layer kinds, pipeline sends, DP reduction)."""
+def training_flows(job, scale_up: int = 1) -> int:
+    """Flows of one training job's routed collectives (per-layer kinds, pipeline sends, DP reduction);
+    ``scale_up``: the largest scale-up domain, which bounds a ring's channels (one per group member in
+    a domain)."""
     par, g = job.parallelism, job.parallelism.size
+    channels = max(1, min(scale_up // (par.tp * par.cp), job.channels or scale_up))
     flows = 0
     moe = job.model.moe_layers > 0
     if par.tp > 1:  # all-gather and reduce-scatter, one flow per rank each (and the expert-TP pair)
@@ -109,7 +112,7 @@ def training_flows(job) -> int:
         flows += 2 * boundaries * (g // par.pp)
     reductions = (par.dp * par.cp > 1) + (moe and job.expert_dp > 1)  # dense, and experts over their group
     # one reduction per virtual stage; a ring sends one flow per rank, a double binary tree 4(n-1)/n
-    flows += reductions * g * par.virtual_stages * (4 if job.algorithm == "tree" else 1)
+    flows += reductions * g * par.virtual_stages * (4 if job.algorithm == "tree" else channels)
     return flows
 
 
@@ -117,10 +120,11 @@ def estimate(scenario, *, gradients: bool = False, seeds: int = 1) -> Estimate:
     """The scenario's element counts, from its description alone (``gradients``: for a gradient search;
     ``seeds``: routing seeds evaluated at once)."""
     nodes, links = fabric_counts(scenario.fleet)
-    flows = sum(training_flows(job) for job in scenario.training)
+    scale_up = max((s.scale_up.size for s in scenario.fleet.sites if s.scale_up is not None), default=1)
+    flows = sum(training_flows(job, scale_up) for job in scenario.training)
     for rl in scenario.rl:  # the trainer, the sync (every generator GPU, per channel) and the rollouts
         generators = rl.instances.size
-        flows += training_flows(rl.trainer) + generators * rl.channels + rl.instances.shape[0]
+        flows += training_flows(rl.trainer, scale_up) + generators * rl.channels + rl.instances.shape[0]
     flows += sum(4 * len(a.instances) * a.tp for a in scenario.agentic)  # four KV phases, one flow per GPU
     flows += sum(len(b.src) for b in scenario.background)
     for inf in scenario.inference:  # average KV streams plus one request's transfer

@@ -442,6 +442,9 @@ TRAINING = Section({
     "recompute": Key("str", "`none` (every layer keeps its activations) or `full` (a layer keeps its input and "
                             "reruns its forward, collectives included, in the backward pass)"),
     "optimizer_bytes": Key("int", "optimizer state per parameter (Adam: fp32 master weights and two moments)"),
+    "channels": Key("int", "parallel rings (NCCL channels) of a ring collective whose groups have several members "
+                           "per scale-up domain (default: one per member, so every NIC carries the ring; 1: one flat "
+                           "ring, one NIC per domain)"),
 }, target=Training, convert=_given)  # built by _scenario, on the fleet's accelerators (_training)
 INSTANCES = Section({
     "first_rank": Key("int", "first GPU rank of the first instance", REQUIRED),

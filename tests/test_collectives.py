@@ -90,7 +90,66 @@ def test_hierarchical_all_reduce_closed_form():
     assert [ph.steps for ph in coll.phases] == [d - 1, 2 * (m - 1), d - 1]
 
 
+@pytest.mark.parametrize("d, m, channels", [(4, 2, 4), (4, 3, 4), (8, 4, 2), (2, 5, 2)])
+def test_channel_rings_are_rings_that_use_every_nic(d, m, channels):
+    orders = tr.channel_orders(d * m, d, channels)
+    assert orders.shape == (channels, d * m)
+    for order in orders:
+        assert sorted(order.tolist()) == list(range(d * m))  # a ring over every member
+        block = order // d
+        assert (np.diff(block) >= 0).all() and len(set(block[::d].tolist())) == m  # each block in one run
+        exits = np.flatnonzero(block != np.roll(block, -1))
+        hop_from, hop_to = order[exits] % d, np.roll(order, -1)[exits] % d
+        # between blocks the ring keeps its local index (one rail), except the wrap of an odd block count
+        assert (hop_from != hop_to).sum() == (m % 2)
+    senders = [(o[i] // d, o[i] % d) for o in orders for i in range(d * m) if o[i] // d != o[(i + 1) % (d * m)] // d]
+    assert len(set(senders)) == len(senders)  # no NIC sends two channels between blocks
+    if channels == d:
+        assert len(senders) == d * m  # every member's NIC sends one
+
+
+def test_channel_rings_closed_form_on_a_non_blocking_fabric():
+    d, m = 4, 3  # 3 scale-up domains of 4 on one leaf: a flat ring sends between domains on one NIC each
+    su = fb.ScaleUp(size=d, bandwidth=400e9, latency=0.0)
+    net, info, router = _one_switch(d * m, scale_up=su)
+    n, S = d * m, 4e9
+    assert st.ring_channels(info, np.arange(n)[None, :]) == (d, d)
+    assert st.ring_channels(info, np.arange(d)[None, :]) == (1, 1)  # one domain: no NIC to spread over
+    assert st.ring_channels(info, np.arange(0, n, d)[None, :]) == (1, 1)  # one member per domain
+    assert st.ring_channels(info, np.arange(n)[None, :], limit=2) == (d, 2)
+    latency = 2 * (n - 1) * 2 * HOP  # every step waits for the slowest route: GPU -> leaf -> GPU
+    for channels in (1, 2, d):
+        coll = tr.all_reduce(np.arange(n), S, local_size=d, channels=channels)
+        assert coll.phases[0].num_flows == channels * n
+        assert coll.phases[0].bytes.sum() == pytest.approx(2 * (n - 1) * S)  # channels split the bytes
+        expected = 2 * (n - 1) / n * S / (channels * B) + latency
+        assert _time(coll, net, router) == pytest.approx(expected, rel=1e-9)
+    for make in (tr.all_gather, tr.reduce_scatter):
+        one, four = (_time(make(np.arange(n), S, local_size=d, channels=c), net, router) for c in (1, d))
+        assert four - latency / 2 == pytest.approx((one - latency / 2) / d, rel=1e-9)
+
+
+def test_training_rings_run_one_channel_per_gpu_of_a_domain():
+    model = tr.Model("m", layers=2, hidden=1024, ffn_hidden=4096, heads=8, kv_heads=8, vocab=1000, seq_len=1024)
+    su = fb.ScaleUp(size=4, bandwidth=400e9, latency=0.0)
+    net, info, router = _one_switch(16, scale_up=su)
+    par = tr.Parallelism(tp=2, dp=8)  # a DP group: 2 GPUs in each of 4 domains
+    auto, flat = (st.plan_training(tr.Training(model, par, global_batch=8, channels=c), info, router)
+                  for c in (None, 1))
+    assert auto.dp.sub.parent.size > 0 and np.unique(auto.dp.sub.parent).size == 2 * 16
+    assert np.unique(flat.dp.sub.parent).size == 16
+    dp = [st.step_time(plan, net).collectives["dp_all_reduce"]["seconds"] for plan in (auto, flat)]
+    assert float(dp[0]) < 0.6 * float(dp[1])
+    with pytest.raises(ValueError, match="training.channels: must be an integer >= 1, got 0"):
+        tr.Training(model, par, global_batch=8, channels=0)
+
+
 @pytest.mark.parametrize("make, match", [
+    (lambda: tr.all_reduce(np.arange(8), 1.0, local_size=4, channels=5), r"channels: must be an integer in \[1, "
+                                                                          r"local_size = 4\], got 5"),
+    (lambda: tr.all_reduce(np.arange(8), 1.0, "tree", local_size=4, channels=2), "channels: parallel rings are for "
+                                                                                   "the ring algorithm, not 'tree'"),
+    (lambda: tr.all_gather(np.arange(6), 1.0, local_size=4, channels=2), "local_size: must be a positive divisor"),
     (lambda: tr.all_reduce(np.arange(4), -1.0), "size: must be > 0 and finite bytes, got -1"),
     (lambda: tr.all_reduce(np.arange(4), float("nan")), "size: must be > 0"),
     (lambda: tr.all_reduce(np.arange(4), 1.0, "butterfly"), "unknown all-reduce algorithm 'butterfly'"),

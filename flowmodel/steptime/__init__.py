@@ -33,6 +33,7 @@ from ._comm import fluid_inputs as fluid_inputs
 from ._comm import phase_finish as phase_finish
 from ._comm import phase_time as phase_time
 from ._comm import residual_capacity as residual_capacity
+from ._comm import ring_channels as ring_channels
 from ._comm import route_phase as route_phase
 from ._fleet import KINDS as KINDS
 from ._fleet import FleetResult as FleetResult

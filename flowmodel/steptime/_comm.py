@@ -208,6 +208,26 @@ def domain_of(info: FabricInfo, routes: np.ndarray) -> str:
     return "scale_up"
 
 
+def ring_channels(info: FabricInfo, groups: np.ndarray, limit: int | None = None) -> tuple[int, int]:
+    """``(local_size, channels)`` of the NCCL-style parallel rings over ``groups`` (int64[G, n]): when
+    every group splits into blocks of ``d`` consecutive members, each block in its own scale-up domain,
+    ``d`` channels (at most ``limit``) so that every member's NIC carries the ring between domains
+    (``traffic.channel_orders``); else one flat ring, ``(1, 1)``."""
+    groups = np.asarray(groups, np.int64)
+    n = groups.shape[1] if groups.ndim == 2 else 0
+    if n < 2 or groups.size == 0:
+        return 1, 1
+    dom = info.gpu_domain[groups]
+    d = int(np.cumprod(dom[0] == dom[0, 0]).sum())
+    if d < 2 or d == n or n % d or (dom < 0).any():
+        return 1, 1
+    blocks = dom.reshape(groups.shape[0], n // d, d)
+    heads = np.sort(blocks[..., 0], axis=1)
+    if not (blocks == blocks[..., :1]).all() or (np.diff(heads, axis=1) == 0).any():
+        return 1, 1
+    return d, min(d, limit or d)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class RoutedPhase:
     """A phase with its flows routed: sub-flows, their bytes and the domain they cross.

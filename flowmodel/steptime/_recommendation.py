@@ -12,6 +12,8 @@ on each owner, which the all-reduce may still overlap. So
 
 Assumed: no overlap of the forward all-to-all with the bottom MLP, nor of any communication with
 the dense compute (a conservative schedule); interaction and optimizer compute are not counted.
+A ring all-reduce over several GPUs per scale-up domain runs one NCCL-style channel per GPU of a
+domain (``ring_channels``), so every NIC carries it.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from ._comm import (
     phase_finish,
     phase_time,
     residual_capacity,
+    ring_channels,
     route_phase,
     smooth_phase_finish,
 )
@@ -93,7 +96,9 @@ def plan_recommendation(job: Recommendation, info: FabricInfo, router: Router, *
              "all_to_all_backward": ("all_to_all", job.all_to_all_bytes(), n)}
     parts = [a2a]
     if job.dense_params > 0:
-        ar = all_reduce(ranks[None, :], job.all_reduce_bytes(), job.algorithm).phases
+        rings = ring_channels(info, ranks[None, :]) if job.algorithm == "ring" else (None, 1)
+        ar = all_reduce(ranks[None, :], job.all_reduce_bytes(), job.algorithm, local_size=rings[0],
+                        channels=rings[1]).phases
         if len(ar) != 1:
             raise ValueError(f"recommendation.algorithm: {job.algorithm!r} has {len(ar)} phases; the overlapped "
                              "all-reduce takes a one-phase all-reduce (ring or tree)")

@@ -12,7 +12,10 @@ links. The step ends when the pipeline and every DP reduction have finished.
 
 Every collective kind is simulated with all its groups at once (all TP groups of the job run their
 all-gather together), so the groups contend on shared links; kinds that run at different moments of
-the schedule are simulated apart, except the DP reductions (above).
+the schedule are simulated apart, except the DP reductions (above). A ring collective whose groups
+have several members per scale-up domain (DP with tp below the domain size, TP across domains) runs
+parallel NCCL-style channels, one per member of a domain (``Training.channels`` caps them), so every
+member's NIC carries the ring between domains, not one NIC per domain.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from ._comm import (
     phase_finish,
     phase_time,
     residual_capacity,
+    ring_channels,
     route_phase,
     smooth_phase_finish,
 )
@@ -120,9 +124,14 @@ def plan_training(job: Training, info: FabricInfo, router: Router, *, policy: st
     groups = {"tp": grid.reshape(-1, par.tp), "cp": grid.transpose(0, 1, 3, 2).reshape(-1, par.cp)}
     if model.moe_layers and par.ep > 1:
         groups["ep"] = ep_groups(job, grid)
+    def rings(g):  # NCCL-style channels where the groups have several members per scale-up domain
+        local_size, channels = ring_channels(info, g, job.channels)
+        return {"local_size": local_size, "channels": channels}
+
     collectives: dict[str, list[RoutedPhase]] = {}
     for kind, nbytes in job.layer_traffic().items():
-        collectives[kind] = rp(_BUILD[kind](groups[LAYER_KINDS[kind]], nbytes), kind)
+        g = groups[LAYER_KINDS[kind]]
+        collectives[kind] = rp(_BUILD[kind](g, nbytes, **(rings(g) if _BUILD[kind] is not all_to_all else {})), kind)
 
     p, v = par.pp, par.virtual_stages
     pp_fwd, pp_bwd = [None] * p, [None] * p
@@ -154,7 +163,8 @@ def plan_training(job: Training, info: FabricInfo, router: Router, *, policy: st
             for k in range(V):
                 if per_stage[k] <= 0:
                     continue
-                ph = all_reduce(dp_groups(job, grid, k % p, expert), per_stage[k], job.algorithm).phases
+                g = dp_groups(job, grid, k % p, expert)
+                ph = all_reduce(g, per_stage[k], job.algorithm, **(rings(g) if job.algorithm == "ring" else {})).phases
                 if len(ph) != 1:
                     raise ValueError(f"training.algorithm: {job.algorithm!r} has {len(ph)} phases; the overlapped DP "
                                      "reduction takes a one-phase all-reduce (ring or tree)")

@@ -35,6 +35,7 @@ from ._collectives import all_reduce as all_reduce
 from ._collectives import all_to_all as all_to_all
 from ._collectives import broadcast as broadcast
 from ._collectives import bus_factor as bus_factor
+from ._collectives import channel_orders as channel_orders
 from ._collectives import double_binary_tree as double_binary_tree
 from ._collectives import reduce_scatter as reduce_scatter
 from ._collectives import per_dimension as per_dimension

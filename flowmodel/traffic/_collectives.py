@@ -98,12 +98,43 @@ def _size(size) -> float:
     return float(size)
 
 
-def _ring(g: np.ndarray, per_flow: float, steps: int) -> Phase:
-    """Each rank sends to the next in its group (wrapping round)."""
+def channel_orders(n: int, local_size: int, channels: int) -> np.ndarray:
+    """int64[C, n] the ring order of each of ``channels`` NCCL-style channels over a group of ``n``
+    members in blocks of ``local_size`` consecutive members (one scale-up domain each).
+
+    Channel c enters block 0 at local member k_c = c x local_size // channels and visits the block from
+    there, rotated; odd blocks are visited backwards, so every hop between blocks joins the same local
+    index (the same rail: what NCCL's graph search and PXN achieve), one NIC of each block per channel.
+    With ``channels == local_size`` every member's NIC sends and receives one channel between blocks.
+
+    >>> channel_orders(4, 2, 2).tolist()   # two blocks of two: rails 1 and 0
+    [[0, 1, 3, 2], [1, 0, 2, 3]]
+    """
+    d = int(local_size)
+    if not (d >= 1 and n % d == 0):
+        raise ValueError(f"local_size: must be a positive divisor of the group size {n}, got {local_size!r}")
+    if not (isinstance(channels, (int, np.integer)) and 1 <= channels <= d):
+        raise ValueError(f"channels: must be an integer in [1, local_size = {d}], got {channels!r}")
+    orders = np.empty((channels, n), np.int64)
+    for c in range(channels):
+        k = c * d // channels
+        up = (np.arange(d) + k) % d          # k, k+1, ..., k-1: exits at k-1
+        down = (k - 1 - np.arange(d)) % d   # k-1, k-2, ..., k: enters at k-1, exits at k
+        orders[c] = np.concatenate([b * d + (up if b % 2 == 0 else down) for b in range(n // d)])
+    return orders
+
+
+def _ring(g: np.ndarray, per_flow: float, steps: int, local_size: int = 1, channels: int = 1) -> Phase:
+    """Each rank sends to the next in its group (wrapping round); with ``channels`` > 1, that many
+    parallel rings (:func:`channel_orders`), each carrying 1 / channels of the bytes."""
     if g.shape[1] < 2:
         return _empty()
-    return Phase(src=g.reshape(-1), dst=np.roll(g, -1, axis=1).reshape(-1),
-                 bytes=np.full(g.size, per_flow), steps=steps)
+    if channels == 1:
+        return Phase(src=g.reshape(-1), dst=np.roll(g, -1, axis=1).reshape(-1),
+                     bytes=np.full(g.size, per_flow), steps=steps)
+    rings = np.concatenate([g[:, order] for order in channel_orders(g.shape[1], local_size, channels)])
+    return Phase(src=rings.reshape(-1), dst=np.roll(rings, -1, axis=1).reshape(-1),
+                 bytes=np.full(rings.size, per_flow / channels), steps=steps)
 
 
 def _empty() -> Phase:
@@ -138,18 +169,21 @@ def double_binary_tree(n: int) -> tuple[list[tuple[int, int]], list[tuple[int, i
     return edges, [(other(a), other(b)) for a, b in edges], max(depth, 1)
 
 
-def all_reduce(groups, size: float, algorithm: str = "ring", *, local_size: int | None = None) -> Collective:
+def all_reduce(groups, size: float, algorithm: str = "ring", *, local_size: int | None = None,
+               channels: int = 1) -> Collective:
     """All-reduce of ``size`` bytes per rank in every group.
 
-    Algorithms: ``ring`` (2(n-1) steps of size/n), ``tree`` (NCCL double binary tree: half the data
+    Algorithms: ``ring`` (2(n-1) steps of size/n; with ``channels`` > 1, that many parallel rings over
+    blocks of ``local_size`` members, :func:`channel_orders`), ``tree`` (NCCL double binary tree: half the data
     on each tree, reduce and broadcast pipelined, 2 x depth steps), ``hierarchical`` (ring
     reduce-scatter inside each block of ``local_size`` consecutive ranks, ring all-reduce of size /
     local_size across blocks over the rails, ring all-gather inside: three phases).
     """
+    _channels_of(algorithm, channels)
     g, S = _groups(groups), _size(size)
     n = g.shape[1]
     if algorithm == "ring":
-        phases = (_ring(g, 2 * (n - 1) / n * S, 2 * (n - 1)),)
+        phases = (_ring(g, 2 * (n - 1) / n * S, 2 * (n - 1), local_size or 1, channels),)
     elif algorithm == "tree":
         if n < 2:
             phases = (_empty(),)
@@ -173,6 +207,11 @@ def all_reduce(groups, size: float, algorithm: str = "ring", *, local_size: int 
     return Collective("all_reduce", algorithm, g, S, phases)
 
 
+def _channels_of(algorithm: str, channels: int) -> None:
+    if channels != 1 and algorithm != "ring":
+        raise ValueError(f"channels: parallel rings are for the ring algorithm, not {algorithm!r} (got {channels!r})")
+
+
 def _single_phase(kind: str, algorithm: str, groups, size, phase_of) -> Collective:
     """A one-phase collective; ``phase_of(groups, size, n)`` builds its phase for n >= 2 ranks."""
     if algorithm not in ALGORITHMS[kind]:
@@ -187,14 +226,21 @@ def _flows(src: np.ndarray, dst: np.ndarray, per_flow: float, steps: int) -> Pha
     return Phase(src=src, dst=dst, bytes=np.full(src.size, per_flow), steps=steps)
 
 
-def reduce_scatter(groups, size: float, algorithm: str = "ring") -> Collective:
-    """Reduce-scatter of a ``size``-byte input per rank (each rank keeps size/n): n-1 ring steps."""
-    return _single_phase("reduce_scatter", algorithm, groups, size, lambda g, S, n: _ring(g, (n - 1) / n * S, n - 1))
+def reduce_scatter(groups, size: float, algorithm: str = "ring", *, local_size: int = 1,
+                   channels: int = 1) -> Collective:
+    """Reduce-scatter of a ``size``-byte input per rank (each rank keeps size/n): n-1 ring steps
+    (``channels`` parallel rings over blocks of ``local_size`` members, as :func:`all_reduce`)."""
+    _channels_of(algorithm, channels)
+    return _single_phase("reduce_scatter", algorithm, groups, size,
+                         lambda g, S, n: _ring(g, (n - 1) / n * S, n - 1, local_size, channels))
 
 
-def all_gather(groups, size: float, algorithm: str = "ring") -> Collective:
-    """All-gather into a ``size``-byte output per rank (each contributes size/n): n-1 ring steps."""
-    return _single_phase("all_gather", algorithm, groups, size, lambda g, S, n: _ring(g, (n - 1) / n * S, n - 1))
+def all_gather(groups, size: float, algorithm: str = "ring", *, local_size: int = 1, channels: int = 1) -> Collective:
+    """All-gather into a ``size``-byte output per rank (each contributes size/n): n-1 ring steps
+    (``channels`` parallel rings over blocks of ``local_size`` members, as :func:`all_reduce`)."""
+    _channels_of(algorithm, channels)
+    return _single_phase("all_gather", algorithm, groups, size,
+                         lambda g, S, n: _ring(g, (n - 1) / n * S, n - 1, local_size, channels))
 
 
 def _all_pairs(g: np.ndarray, S: float, n: int) -> Phase:

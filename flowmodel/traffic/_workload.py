@@ -268,6 +268,10 @@ class Training:
         (a layer keeps only its input and is recomputed in the backward pass, collectives included).
       optimizer_bytes: optimizer state per parameter (Adam in mixed precision: fp32 master weights
         and two fp32 moments, 12 bytes).
+      channels: parallel rings (NCCL channels) of every ring collective whose groups have several
+        members in each scale-up domain. None: one per member in a domain, so that every member's NIC
+        carries the ring between domains (``traffic.channel_orders``); an integer caps them (1: one
+        flat ring, which sends between domains over one NIC per domain).
     """
 
     model: Model
@@ -288,8 +292,11 @@ class Training:
     zero_stage: int = 2
     recompute: str = "none"
     optimizer_bytes: int = 12
+    channels: int | None = None
 
     def __post_init__(self):
+        if self.channels is not None:
+            check_number("training.channels", self.channels, minimum=1, integer=True)
         check_number("training.global_batch", self.global_batch, minimum=1, integer=True)
         if self.zero_stage not in ZERO_STAGES or isinstance(self.zero_stage, bool):
             raise ValueError(f"training.zero_stage: must be one of {', '.join(map(str, ZERO_STAGES))}, "
