@@ -32,7 +32,7 @@ class Objective(NamedTuple):
 
 
 def planning_objective(model: Model, objective: str = "step_time", *, kv_weight: float = 0.0,
-                       search: str = "smooth", seeds=None) -> Objective:
+                       search: str = "exact", seeds=None) -> Objective:
     """The functions ``optimize.minimize`` and ``optimize.finish`` need for ``objective`` on ``model``;
     an error names the key or the section it needs. ``seeds``: routing seeds whose mean ``step_time``
     and ``throughput`` are (``seeds.SeedSet.objective``; default, and for ``expected`` and

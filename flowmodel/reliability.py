@@ -379,10 +379,10 @@ def report(model: Model, jobs: dict[str, JobReliability] | None = None) -> tuple
     return result, lines
 
 
-def objective(model: Model, job: JobReliability | None = None, *, search: str = "smooth") -> tuple[Callable, Callable]:
+def objective(model: Model, job: JobReliability | None = None, *, search: str = "exact") -> tuple[Callable, Callable]:
     """(search, exact) functions of (network, logits) for ``optimize.minimize``: the expected time to
-    train (seconds) of ``job`` (default: the only planned one) with smooth rates for the search
-    (``search="exact"``: exact ones) and exact ones for the report; the checkpoint interval follows
+    train (seconds) of ``job`` (default: the only planned one), searched on exact rates with their
+    subgradients (``search="smooth"``: smooth ones) and reported on exact ones; the checkpoint interval follows
     the section (optimal by default)."""
     if job is None:
         jobs = plan(model)

@@ -334,15 +334,15 @@ def expected_step_time(model: Model, cases, groups: Sequence[str], network: Netw
 
 
 def expected_objective(model: Model, scenarios: Sequence[Failure], groups: Sequence[str], *,
-                       healthy_weight: float = 1.0, options: Options | None = None, search: str = "smooth"):
+                       healthy_weight: float = 1.0, options: Options | None = None, search: str = "exact"):
     """(objective, exact, disconnected) for ``optimize.minimize``: the probability-weighted mean of the
     scenario's step time over the healthy fabric (weight ``healthy_weight``) and every failure.
 
     The optimizer moves the healthy fabric's ``groups``; each failure's fabric takes the same group
     values (``fabric.group_values``), so capacity bought once serves in every failure where its links
     survive. Failures that disconnect a job are left out; their names are returned so the caller can
-    report them. The search runs on ``options.relaxed()`` (``search="exact"``: ``options.exact()``), the
-    report on ``options.exact()``.
+    report them. The search runs on ``options.exact()`` with its subgradients (``search="smooth"``:
+    ``options.relaxed()``), the report on ``options.exact()``.
     """
     unknown = [n for n in groups if n not in model.info.groups]
     if unknown:

@@ -441,10 +441,10 @@ class Model:
         return mean + kv_weight * sum(fleet.kv_transfer_s.values())
 
     def objective(self, options: Options | None = None, *, objective: str = "step_time", kv_weight: float = 0.0,
-                  search: str = "smooth") -> tuple[Callable, Callable]:
+                  search: str = "exact") -> tuple[Callable, Callable]:
         """(search, exact) functions of (network, logits) for ``optimize.minimize``: ``score`` of the fleet,
-        searched on smooth rates (``options.relaxed()``) or on the exact model with its (sub)gradients
-        (``search="exact"``), and exact for reporting."""
+        searched on the exact model with its (sub)gradients (``search="exact"``, as ``optimize.search``) or
+        on smooth rates (``"smooth"``: ``options.relaxed()``), and exact for reporting."""
         if search not in ("smooth", "exact"):
             raise ValueError(f"optimize.search: must be smooth or exact, got {search!r}")
         options = self.options if options is None else options

@@ -252,7 +252,7 @@ class SeedSet:
         return self._programs[options](network, logits)
 
     def objective(self, options: Options | None = None, *, objective: str = "step_time", kv_weight: float = 0.0,
-                  search: str = "smooth") -> tuple[Callable, Callable, Callable]:
+                  search: str = "exact") -> tuple[Callable, Callable, Callable]:
         """``Model.objective`` over the seeds: (search, exact, differentiable exact) functions of
         (network, logits), each the mean over the seeds of ``Model.score``."""
         m = self.model

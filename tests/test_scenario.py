@@ -150,6 +150,10 @@ WALK = {
         "zero_stage": "memory per GPU only: its hand count is in tests/test_front_door.py",
         "optimizer_bytes": "memory per GPU only: its hand count is in tests/test_front_door.py",
         "recompute": ({}, "none", "full", "step"),
+        # DP rings with two GPUs per domain on sprayed, non-blocking leaves: two NICs, or one (under ECMP here
+        # the hash collisions bound both alike)
+        "channels": ({f"{PAR}.tp": 4, f"{PAR}.pp": 1, f"{PAR}.dp": 8, f"{ROUTING}.policy": "spray",
+                      "fabric.sites[0].scale_out.oversubscription": [1]}, None, 1, "step"),
     },
     PAR: {
         "tp": ({}, KEEP, 4, "step"),
