@@ -101,3 +101,69 @@ def test_the_protocol_model_on_the_anchor_table():
     assert chosen[2**20] == "LL" and chosen[8 * 2**20] == "LL128" and chosen[2**30] == "Simple"
     held = [abs(r["error"]) for r in table if not r["fit"]]
     assert max(held) <= 0.20 and sorted(held)[len(held) // 2] <= 0.06  # README: 19.8% max, 5.2% median
+
+
+@pytest.mark.parametrize("size", [2**12, 2**16, 2**20, 2**22, 2**24, 2**26, 2**30])
+def test_the_nccl_protocol_option_times_a_collective_as_the_tuning_model(size):
+    import dataclasses
+
+    import numpy as np
+
+    from flowmodel import fabric as fb
+    from flowmodel import routing as rt
+    from flowmodel import steptime as st
+    from flowmodel import traffic as tr
+
+    fleet = fb.Fleet(sites=(fb.Site("a", scale_up=fb.ScaleUp(size=8, bandwidth=450e9, latency=0.0)),))
+    net, info = fb.compile_fabric(fb.build(fleet))
+    for kind, make in (("all_reduce", tr.all_reduce), ("all_gather", tr.all_gather)):
+        coll = make(np.arange(8)[None, :], size)
+        rp = st.route_phase(coll.phases[0], rt.Router(info))
+        assert rp.nccl is None  # a bare phase carries no protocol model: nccl times it as simple
+        assert float(st.phase_time(rp, net.capacity, net.latency, st.Options(protocol="nccl"))) == \
+            pytest.approx(float(st.phase_time(rp, net.capacity, net.latency)), rel=1e-12)
+        rp = dataclasses.replace(rp, nccl=tr.protocol_model(kind, size, 8))
+        got = float(st.phase_time(rp, net.capacity, net.latency, st.Options(protocol="nccl")))
+        # the fluid bus bandwidth of an ideal NVSwitch domain is its line rate: the tuning model's own number
+        want = tr.nccl_protocol(kind, size, 8, bus_bw=450e9)
+        assert got == pytest.approx(want.seconds, rel=1e-12), want.protocol
+        assert got >= float(st.phase_time(rp, net.capacity, net.latency)) - 1e-15  # never faster than fluid
+
+
+
+def test_training_collectives_pay_the_protocol_and_keep_their_gradient():
+    import dataclasses
+
+    import jax
+    import jax.numpy as jnp
+
+    from flowmodel import fabric as fb
+    from flowmodel import routing as rt
+    from flowmodel import steptime as st
+    from flowmodel import traffic as tr
+
+    fleet = fb.Fleet(sites=(fb.Site("a", scale_up=fb.ScaleUp(size=8, bandwidth=450e9, latency=0.0)),))
+    net, info = fb.compile_fabric(fb.build(fleet))
+    nccl = st.Options(protocol="nccl")
+    for hidden, protocol in ((256, "LL"), (4096, "LL128")):  # activations of 0.5 and 8 MiB
+        model = tr.Model("m", layers=2, hidden=hidden, ffn_hidden=4 * hidden, heads=8, kv_heads=8, vocab=1000,
+                         seq_len=1024)
+        plan = st.plan_training(tr.Training(model, tr.Parallelism(tp=8), global_batch=1), info, rt.Router(info))
+        ag = plan.collectives["tp_all_gather"][0].nccl
+        assert ag.size == hidden * 1024 * 2
+        assert tr.nccl_protocol("all_gather", ag.size, 8, bus_bw=450e9).protocol == protocol
+        fast, slow = (float(st.step_time(plan, net, o).collectives["tp_all_gather"]["seconds"]) for o in (st.EXACT,
+                                                                                                        nccl))
+        assert slow > fast * (2 if protocol == "LL" else 1.05)  # LL: latency-bound; LL128: 0.92 of the bandwidth
+
+        def step(scale):
+            return st.step_time(plan, dataclasses.replace(net, capacity=net.capacity * scale), nccl).step_time
+
+        grad = float(jax.grad(step)(jnp.float64(1.0)))
+        fd = (float(step(1.0 + 1e-4)) - float(step(1.0 - 1e-4))) / 2e-4
+        assert grad == pytest.approx(fd, rel=1e-4, abs=1e-12)
+        assert (grad < 0) == (protocol == "LL128")  # LL runs at its fixed cap: capacity buys it nothing
+    with pytest.raises(ValueError, match="options.protocol: must be one of simple, nccl, got 'll'"):
+        st.Options(protocol="ll")
+    with pytest.raises(ValueError, match="options.step_latency: NCCL's protocol latencies already hold"):
+        st.Options(protocol="nccl", step_latency=2e-6)

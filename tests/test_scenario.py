@@ -130,6 +130,7 @@ WALK = {
         "fleet_iterations": "one training job: the coupling between jobs needs a second one (tests/test_coupling.py)",
         "fleet_tolerance": "one training job: the coupling between jobs needs a second one (tests/test_coupling.py)",
         "transport": ({}, None, "dctcp", "step"),
+        "protocol": ({}, "simple", "nccl", "step"),
         "engine": "where the kernels run, never the numbers: host and xla agree to 1e-12 (tests/test_engine_paths.py)",
     },
     JOB: {

@@ -40,6 +40,7 @@ from ..kernels import (
 )
 from ..routing import Candidates, Router, SubFlows, route, wcmp
 from ..traffic._collectives import Phase
+from ..traffic._nccl import ProtocolModel
 
 DOMAINS = ("scale_up", "scale_out", "scale_across")
 
@@ -74,6 +75,7 @@ class Congestion:
 
 
 RATES = ("exact", "smooth")
+PROTOCOLS = ("simple", "nccl")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +100,12 @@ class Options:
       engine: the kernels every exact phase runs on (an ``Engine``; a name, ``"auto"``, ``"host"`` or
         ``"xla"``, is turned into one). ``AUTO``: host on a CPU backend, else xla. Routed phases carry
         their incidence, so xla keeps the sparse solve inside every compiled program.
+      protocol: ``"simple"`` (every collective at the fluid rate, latency ``steps x (route latency +
+        step_latency)``) or ``"nccl"``: a collective that carries NCCL's protocol model
+        (``RoutedPhase.nccl``: the ring and tree collectives of training jobs) runs the protocol NCCL
+        2.22.3's tuning model picks for its size (LL, LL128 or Simple, ``traffic.protocol_model``), at
+        that protocol's share of the fluid bus bandwidth and with its latency, plus ``steps x`` route
+        latency. NCCL's latencies hold the software per-step latency, so ``step_latency`` must be 0.
     """
 
     rates: str = "exact"
@@ -108,6 +116,7 @@ class Options:
     fleet_iterations: int = 50
     transport: Transport | None = None
     engine: Engine = Engine.AUTO
+    protocol: str = "simple"
 
     def __post_init__(self):
         try:
@@ -115,6 +124,11 @@ class Options:
         except ValueError as e:
             raise ValueError(f"options.{e}") from None
         object.__setattr__(self, "engine", Engine.of(self.engine, "options.engine"))
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"options.protocol: must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
+        if self.protocol == "nccl" and self.step_latency:
+            raise ValueError(f"options.step_latency: NCCL's protocol latencies already hold the per-step software "
+                             f"latency; set it to 0 with protocol nccl, got {self.step_latency!r}")
         if self.rates not in RATES:
             raise ValueError(f"options.rates: must be one of {', '.join(RATES)}, got {self.rates!r}")
         if not (isinstance(self.sharpness, (int, float)) and np.isfinite(self.sharpness) and self.sharpness > 0):
@@ -184,17 +198,40 @@ def _hop_latency(sub: SubFlows, sizes, capacity, latency, bandwidth_time, conges
     return jnp.max(_route_latencies(sub, sizes, capacity, latency, bandwidth_time, congestion))
 
 
+def _simple_latency(rp: RoutedPhase, options: Options) -> np.ndarray | None:
+    """float[C] the protocol latency each of the phase's collectives pays besides its route latency:
+    the Simple protocol's under ``protocol: nccl`` where the phase carries NCCL's model (a merged
+    reduction's messages are far past NCCL's switch to Simple), else ``steps x step_latency``."""
+    if options.protocol != "nccl" or rp.nccl is None:
+        return None
+    return np.array([m.latency("Simple") for m in (rp.nccl if isinstance(rp.nccl, tuple) else (rp.nccl,))])
+
+
 def _latency_terms(rp: RoutedPhase, hops, options: Options, collective_of_flow, collective_steps):
     """float[N] the latency term of each sub-flow: ``steps x (longest route latency + step_latency)``
     over the whole phase, or per collective when the phase merges several (``collective_of_flow``:
-    int[F] which one each flow belongs to; ``collective_steps``: int[C] their step counts)."""
+    int[F] which one each flow belongs to; ``collective_steps``: int[C] their step counts); under
+    ``protocol: nccl`` the Simple protocol's latency in place of ``steps x step_latency``."""
     sub = rp.sub
+    simple = _simple_latency(rp, options)
     if collective_of_flow is None:
-        return rp.steps * (jnp.max(hops) + options.step_latency)
+        return rp.steps * jnp.max(hops) + (rp.steps * options.step_latency if simple is None else simple.max())
     which = jnp.asarray(np.asarray(collective_of_flow, np.int64)[sub.parent])
     steps = np.asarray(collective_steps, np.float64)
     longest = jax.ops.segment_max(hops, which, num_segments=steps.size)
-    return (steps * (jnp.maximum(longest, 0.0) + options.step_latency))[which]
+    protocol = steps * options.step_latency if simple is None else simple
+    return (steps * jnp.maximum(longest, 0.0) + protocol)[which]
+
+
+def nccl_time(model: ProtocolModel, bandwidth):
+    """NCCL's time for a collective whose Simple-protocol (fluid) bandwidth time is ``bandwidth``: the
+    cheapest protocol's latency plus the bandwidth time at its bus bandwidth ``min(factor x bw,
+    cap)`` (``traffic.ProtocolModel``). Differentiable (a min of smooth terms)."""
+    best = None
+    for _, latency, factor, cap in model.costs:
+        t = latency + jnp.maximum(bandwidth / factor, model.size / (cap * model.ratio))
+        best = t if best is None else jnp.minimum(best, t)
+    return best
 
 
 def domain_of(info: FabricInfo, routes: np.ndarray) -> str:
@@ -253,6 +290,7 @@ class RoutedPhase:
     candidates: Candidates | None = None
     num_links: int = 0  # of the fabric the routes index (with the attached links, when there are some)
     attached: np.ndarray | None = None
+    nccl: ProtocolModel | tuple[ProtocolModel, ...] | None = None  # per collective where the phase merges several
 
     @functools.cached_property
     def incidence(self) -> Incidence | None:
@@ -376,6 +414,8 @@ def phase_time(rp: RoutedPhase, capacity, latency, options: Options = EXACT, *, 
         bandwidth = soft_max(times, jax.lax.stop_gradient(jnp.mean(times)) / options.sharpness)
     busy = bandwidth - (0.0 if starts is None else jnp.min(starts))
     hop = _hop_latency(sub, sizes, capacity, latency, busy, options.congestion)
+    if options.protocol == "nccl" and isinstance(rp.nccl, ProtocolModel):
+        return bandwidth - busy + nccl_time(rp.nccl, busy) + rp.steps * hop
     return bandwidth + rp.steps * (hop + options.step_latency)
 
 

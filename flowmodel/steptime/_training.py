@@ -30,6 +30,7 @@ from ..fabric._network import FabricInfo, Network
 from ..kernels import link_bytes, route_latency, scheduled_bound, soft_max
 from ..routing import Router
 from ..traffic._collectives import Phase, all_gather, all_reduce, all_to_all, bus_factor, reduce_scatter, send_recv
+from ..traffic._nccl import ProtocolModel, protocol_model
 from ..traffic._workload import Training
 from ._comm import (
     DOMAINS,
@@ -98,6 +99,21 @@ def ep_groups(job: Training, grid: np.ndarray) -> np.ndarray:
     return g.reshape(-1, par.ep)
 
 
+def nccl_model(info: FabricInfo, kind: str, size: float, groups: np.ndarray, algorithm: str) -> ProtocolModel | None:
+    """NCCL's protocol model (``traffic.protocol_model``) of a ring or tree collective over ``groups``,
+    its nodes the scale-up domains of the first group (a GPU without one is its own node); None for
+    other collectives."""
+    groups = np.asarray(groups)
+    n = groups.shape[-1]
+    if kind not in ("all_reduce", "all_gather", "reduce_scatter") or algorithm not in ("ring", "tree") or n < 2:
+        return None
+    if algorithm == "tree" and kind != "all_reduce":
+        return None
+    dom = info.gpu_domain[groups.reshape(-1, n)[0]]
+    nodes = np.unique(dom[dom >= 0]).size + int((dom < 0).sum())
+    return protocol_model(kind, size, n, nodes=nodes, algorithm=algorithm)
+
+
 def plan_training(job: Training, info: FabricInfo, router: Router, *, policy: str = "ecmp", seed: int = 0,
                   qps: int = 4) -> TrainingPlan:
     """Place the job, turn its traffic into collectives and route them (``policy`` as in routing)."""
@@ -119,7 +135,9 @@ def plan_training(job: Training, info: FabricInfo, router: Router, *, policy: st
     def rp(collective, name=None):
         if name is not None:
             sizes[name] = (collective.kind, collective.size, collective.group_size)
-        return [route_phase(ph, router, policy, seed=seed, qps=qps) for ph in collective.phases]
+        routed = [route_phase(ph, router, policy, seed=seed, qps=qps) for ph in collective.phases]
+        model = nccl_model(info, collective.kind, collective.size, collective.groups, collective.algorithm)
+        return [dataclasses.replace(r, nccl=model) for r in routed] if model and len(routed) == 1 else routed
 
     groups = {"tp": grid.reshape(-1, par.tp), "cp": grid.transpose(0, 1, 3, 2).reshape(-1, par.cp)}
     if model.moe_layers and par.ep > 1:
@@ -179,6 +197,10 @@ def plan_training(job: Training, info: FabricInfo, router: Router, *, policy: st
         dp_steps = np.array(steps, np.int64)
         merged = Phase(np.concatenate(src), np.concatenate(dst), np.concatenate(size), int(dp_steps.max()))
         dp_plan, dp_stage = route_phase(merged, router, policy, seed=seed, qps=qps), np.concatenate(stage)
+        models = tuple(nccl_model(info, "all_reduce", sizes[kind][1], dp_groups(job, grid, 0, expert), job.algorithm)
+                       for kind, expert, *_ in reductions)
+        if all(models):
+            dp_plan = dataclasses.replace(dp_plan, nccl=models)
         dp_collective = np.concatenate(which)
         for c, (kind, *_) in enumerate(reductions):
             routes = np.asarray(dp_plan.sub.routes)[dp_collective[dp_plan.sub.parent] == c]

@@ -41,7 +41,9 @@ from ._collectives import reduce_scatter as reduce_scatter
 from ._collectives import per_dimension as per_dimension
 from ._nccl import PROTOCOLS as PROTOCOLS
 from ._nccl import ProtocolChoice as ProtocolChoice
+from ._nccl import ProtocolModel as ProtocolModel
 from ._nccl import nccl_protocol as nccl_protocol
+from ._nccl import protocol_model as protocol_model
 from ._collectives import send_recv as send_recv
 from ._agentic import Agentic as Agentic
 from ._recommendation import Recommendation as Recommendation

@@ -65,6 +65,80 @@ def _steps(kind: str, n: int, nodes: int) -> tuple[int, int]:
     return n, nodes
 
 
+@dataclasses.dataclass(frozen=True)
+class ProtocolModel:
+    """NCCL's cost of each protocol for one collective, as a function of the Simple protocol's bus
+    bandwidth ``bw``: protocol ``p`` runs at bus bandwidth ``min(factor_p x bw, cap_p)`` and pays
+    ``latency_p``; ``time_p = latency_p + size / (busbw_p x ratio)``, ``ratio`` = algbw / busbw.
+
+    ``costs``: ``(protocol, latency s, factor, cap bytes/s)`` for LL, LL128 and Simple."""
+
+    size: float
+    ratio: float
+    costs: tuple[tuple[str, float, float, float], ...]
+
+    def latency(self, protocol: str) -> float:
+        """Seconds ``protocol`` pays besides the bandwidth term."""
+        return dict((p, lat) for p, lat, *_ in self.costs)[protocol]
+
+    def seconds(self, bw: float) -> dict[str, tuple[float, float, float]]:
+        """protocol -> (latency s, bus bandwidth bytes/s, time s) at Simple bus bandwidth ``bw``."""
+        out = {}
+        for p, latency, factor, cap in self.costs:
+            busbw = min(factor * bw, cap)
+            out[p] = (latency, busbw, latency + self.size / (busbw * self.ratio))
+        return out
+
+
+def protocol_model(kind: str, size: float, n: int, *, nodes: int = 1, algorithm: str = "ring", channels: int = 16,
+                   arch: str = "hopper", intra: str = "nvlink", cpu: str = "intel",
+                   latency_inter: float = 0.0) -> ProtocolModel:
+    """NCCL 2.22.3's per-protocol latency and bandwidth for one collective (arguments as
+    :func:`nccl_protocol`, less the bus bandwidth, which the model takes as its argument)."""
+    if algorithm not in BASE_LATENCY:
+        raise ValueError(f"algorithm: NCCL's protocol model here covers ring and tree, got {algorithm!r}")
+    if algorithm == "tree" and kind != "all_reduce":
+        raise ValueError(f"algorithm: NCCL runs {kind} on rings only, not on a tree")
+    if arch not in ARCHS or intra not in ("nvlink", "pci") or cpu not in NET_OVERHEAD:
+        raise ValueError(f"nccl: arch must be one of {', '.join(ARCHS)}, intra nvlink or pci, cpu intel or amd; "
+                         f"got {arch!r}, {intra!r}, {cpu!r}")
+    check_number("nccl.size", size, strict=True)
+    check_number("nccl.n", n, minimum=2, integer=True)
+    check_number("nccl.nodes", nodes, minimum=1, integer=True)
+    check_number("nccl.channels", channels, minimum=1, integer=True)
+    col = min(nodes, 3) - 1
+    ll_cap = (LL_MAX_BW[arch][col] if nodes == 1 else LL_MAX_BW_CPU[cpu][col]) * 1e9
+    ppn = n / nodes
+    if algorithm == "ring":  # (factor on Simple's bus bandwidth, cap bytes/s)
+        bandwidth = {"LL": (0.5, ll_cap),
+                     "LL128": (0.7 if ppn < 2 else 0.92, channels * PER_CHANNEL_RING_LL128[arch][col] * 1e9),
+                     "Simple": (1.0, math.inf)}
+    else:  # the tree's own bus bandwidth min(0.92 bw, channels x per-channel), then each protocol's share
+        tree_cap = channels * PER_CHANNEL_TREE[arch][col] * 1e9
+        share = 7.0 / 9.0 if nodes == 1 else 120.0 / 128.0
+        bandwidth = {"LL": (0.92 / 3.8, min(tree_cap / 3.8, ll_cap)),
+                     "LL128": (0.92 * share, min(tree_cap * share, channels * PER_CHANNEL_TREE_LL128[arch][col] * 1e9)),
+                     "Simple": (0.92, tree_cap)}
+    steps, inter_steps = _steps(kind, n, nodes)
+    ratio = n / steps if algorithm == "ring" else 0.5  # bus bandwidth -> the algorithm bandwidth of nBytes
+    costs = []
+    for i, p in enumerate(PROTOCOLS):
+        latency = BASE_LATENCY[algorithm][i]
+        intra_lat = HW_LATENCY[intra][algorithm][i]
+        inter_lat = HW_LATENCY["net"][algorithm][i] + latency_inter * 1e6 * (2 if p == "Simple" else 1)
+        if algorithm == "ring":
+            if nodes > 1:
+                intra_lat = max(intra_lat, NET_OVERHEAD[cpu] * (3 if p == "Simple" else 1))
+            latency += (steps - inter_steps) * intra_lat + inter_steps * inter_lat
+        else:
+            latency += 2 * ((n // nodes - 1) * intra_lat + int(math.log2(nodes)) * inter_lat)
+        plateau = algorithm == "ring" and p == "Simple" and nodes > 1 and kind == "all_reduce"
+        if plateau and size / (channels * n) >= 64:
+            latency *= 1.9 if arch == "volta" else 1.4  # the ring's plateau effect
+        costs.append((p, latency * 1e-6, *bandwidth[p]))
+    return ProtocolModel(float(size), ratio, tuple(costs))
+
+
 def nccl_protocol(kind: str, size: float, n: int, *, bus_bw: float, nodes: int = 1, algorithm: str = "ring",
                   channels: int = 16, arch: str = "hopper", intra: str = "nvlink", cpu: str = "intel",
                   latency_inter: float = 0.0) -> ProtocolChoice:
@@ -79,50 +153,8 @@ def nccl_protocol(kind: str, size: float, n: int, *, bus_bw: float, nodes: int =
         ``hopper``; LL128 is enabled on these).  intra: ``nvlink`` or ``pci``.  cpu: ``intel`` or ``amd``.
       latency_inter: the network path's latency, s (NCCL's ``latencyInter``).
     """
-    if algorithm not in BASE_LATENCY:
-        raise ValueError(f"algorithm: NCCL's protocol model here covers ring and tree, got {algorithm!r}")
-    if algorithm == "tree" and kind != "all_reduce":
-        raise ValueError(f"algorithm: NCCL runs {kind} on rings only, not on a tree")
-    if arch not in ARCHS or intra not in ("nvlink", "pci") or cpu not in NET_OVERHEAD:
-        raise ValueError(f"nccl: arch must be one of {', '.join(ARCHS)}, intra nvlink or pci, cpu intel or amd; "
-                         f"got {arch!r}, {intra!r}, {cpu!r}")
-    check_number("nccl.size", size, strict=True)
     check_number("nccl.bus_bw", bus_bw, strict=True)
-    check_number("nccl.n", n, minimum=2, integer=True)
-    check_number("nccl.nodes", nodes, minimum=1, integer=True)
-    check_number("nccl.channels", channels, minimum=1, integer=True)
-    col = min(nodes, 3) - 1
-    bw = bus_bw / 1e9  # GB/s, as NCCL's tables
-    ll_cap = LL_MAX_BW[arch][col] if nodes == 1 else LL_MAX_BW_CPU[cpu][col]
-    ppn = n / nodes
-    if algorithm == "ring":
-        busbw = {"LL": min(ll_cap, bw * 0.5),
-                 "LL128": min(bw * (0.7 if ppn < 2 else 0.92), channels * PER_CHANNEL_RING_LL128[arch][col]),
-                 "Simple": bw}
-    else:
-        tree = min(bw * 0.92, channels * PER_CHANNEL_TREE[arch][col])
-        busbw = {"LL": min(tree / 3.8, ll_cap),
-                 "LL128": min(tree * (7.0 / 9.0 if nodes == 1 else 120.0 / 128.0),
-                              channels * PER_CHANNEL_TREE_LL128[arch][col]),
-                 "Simple": tree}
-    steps, inter_steps = _steps(kind, n, nodes)
-    ratio = n / steps if algorithm == "ring" else 0.5  # bus bandwidth -> the algorithm bandwidth of nBytes
-    costs = {}
-    for i, p in enumerate(PROTOCOLS):
-        latency = BASE_LATENCY[algorithm][i]
-        intra_lat = HW_LATENCY[intra][algorithm][i]
-        inter_lat = HW_LATENCY["net"][algorithm][i] + latency_inter * 1e6 * (2 if p == "Simple" else 1)
-        if algorithm == "ring":
-            if nodes > 1:
-                intra_lat = max(intra_lat, NET_OVERHEAD[cpu] * (3 if p == "Simple" else 1))
-            latency += (steps - inter_steps) * intra_lat + inter_steps * inter_lat
-        else:
-            latency += 2 * ((n // nodes - 1) * intra_lat + int(math.log2(nodes)) * inter_lat)
-        plateau = algorithm == "ring" and p == "Simple" and nodes > 1 and kind == "all_reduce"
-        if plateau and size / (channels * n) >= 64:
-            latency *= 1.9 if arch == "volta" else 1.4  # the ring's plateau effect
-        algbw = busbw[p] * ratio * 1e9  # bytes/s
-        seconds = latency * 1e-6 + size / algbw
-        costs[p] = (latency * 1e-6, busbw[p] * 1e9, seconds)
+    costs = protocol_model(kind, size, n, nodes=nodes, algorithm=algorithm, channels=channels, arch=arch,
+                           intra=intra, cpu=cpu, latency_inter=latency_inter).seconds(bus_bw)
     best = min(costs, key=lambda p: costs[p][2])
     return ProtocolChoice(best, costs[best][2], costs)
