@@ -114,7 +114,8 @@ def test_the_nccl_protocol_option_times_a_collective_as_the_tuning_model(size):
     from flowmodel import steptime as st
     from flowmodel import traffic as tr
 
-    fleet = fb.Fleet(sites=(fb.Site("a", scale_up=fb.ScaleUp(size=8, bandwidth=450e9, latency=0.0)),))
+    # NCCL's NVLink hardware latencies hold the hop: the route's 2 x 936 ns are not counted again on one node
+    fleet = fb.Fleet(sites=(fb.Site("a", scale_up=fb.ScaleUp(size=8, bandwidth=450e9, latency=936e-9)),))
     net, info = fb.compile_fabric(fb.build(fleet))
     for kind, make in (("all_reduce", tr.all_reduce), ("all_gather", tr.all_gather)):
         coll = make(np.arange(8)[None, :], size)
@@ -127,7 +128,31 @@ def test_the_nccl_protocol_option_times_a_collective_as_the_tuning_model(size):
         # the fluid bus bandwidth of an ideal NVSwitch domain is its line rate: the tuning model's own number
         want = tr.nccl_protocol(kind, size, 8, bus_bw=450e9)
         assert got == pytest.approx(want.seconds, rel=1e-12), want.protocol
-        assert got >= float(st.phase_time(rp, net.capacity, net.latency)) - 1e-15  # never faster than fluid
+        assert got > float(st.phase_time(rp, net.capacity, net.latency))  # never faster than the fluid model
+
+
+def test_the_nccl_protocol_option_counts_the_network_path_on_steps_across_nodes():
+    import dataclasses
+
+    import numpy as np
+
+    from flowmodel import steptime as st
+    from flowmodel import traffic as tr
+
+    net, info, _ = nccl_anchors.two_nodes_ndr()  # 2 x 8 GPUs; a GPU's route to the other node: NIC, leaf, NIC
+    from flowmodel import routing as rt
+
+    for size in (2**16, 2**30):
+        coll = tr.all_reduce(np.arange(16)[None, :], size)
+        rp = dataclasses.replace(st.route_phase(coll.phases[0], rt.Router(info)),
+                                 nccl=tr.protocol_model("all_reduce", size, 16, nodes=2))
+        zero = dataclasses.replace(net, latency=net.latency * 0)
+        fluid = float(st.phase_time(rp, net.capacity, zero.latency))  # Simple's bus bandwidth, no latency
+        hop = 2e-6  # the longest route: two 1 us links
+        want = tr.nccl_protocol("all_reduce", size, 16, nodes=2, bus_bw=size * 2 * 15 / 16 / fluid,
+                                latency_inter=hop)
+        got = float(st.phase_time(rp, net.capacity, net.latency, st.Options(protocol="nccl")))
+        assert got == pytest.approx(want.seconds, rel=1e-9), want.protocol
 
 
 

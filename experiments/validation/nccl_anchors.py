@@ -15,7 +15,8 @@
    model, LL / LL128 / Simple with their bandwidth factors and latencies, Hopper, one NVLink node): the
    Simple bus bandwidth is flowmodel's line rate x a fitted efficiency, plus one fitted launch
    overhead per call (nccl-tests times a kernel launch the model leaves out); both fitted on the same
-   ``FIT_ROWS``, minimising the largest relative error.
+   ``FIT_ROWS``, minimising the largest relative error. The table's times come from the step-time
+   model itself (``steptime.Options(protocol="nccl")`` on the routed ring at capacity x efficiency).
 3. Peaks quoted by NCCL's maintainers (8 GiB in flowmodel, the latency term negligible): 8x H100 ring
    360-370 GB/s busbw (line rate 450 GB/s less ~20% protocol overhead); NDR 400 Gbps 46-48 GB/s per NIC.
    NVLink SHARP all-reduce (~476-480 GB/s) is an in-switch reduction flowmodel does not model, so it is
@@ -24,6 +25,8 @@
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import jax
 
@@ -148,7 +151,15 @@ def calibrate_protocols(rows=data.NVLINK4_8GPU_ALL_REDUCE, fit_rows=data.FIT_ROW
 
     grid = [(e, o) for e in np.linspace(0.70, 0.90, 81) for o in np.linspace(0.0, 5e-6, 51)]
     eff, overhead = min(grid, key=lambda g: np.max(np.abs(times(*g)[0][fit] / measured[fit] - 1)))
-    t, protocols = times(eff, overhead)
+    _, protocols = times(eff, overhead)
+    # the table itself comes from the step-time model: the ring routed, NCCL's model on it, protocol nccl
+    router, nccl = rt.Router(info), st.Options(protocol="nccl")
+    t = []
+    for size, *_ in rows:
+        (phase,) = tr.all_reduce(np.asarray(ranks)[None, :], size).phases
+        rp = dataclasses.replace(st.route_phase(phase, router), nccl=tr.protocol_model("all_reduce", size, n))
+        t.append(float(st.phase_time(rp, network.capacity * eff, network.latency, nccl)) + overhead)
+    t = np.array(t)
     table = [dict(size=r[0], fit=i in fit, protocol=protocols[i], measured_us=r[1], model_us=t[i] * 1e6,
                   error=t[i] / measured[i] - 1) for i, r in enumerate(rows)]
     return float(eff), float(overhead), table

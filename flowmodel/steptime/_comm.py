@@ -104,8 +104,10 @@ class Options:
         step_latency)``) or ``"nccl"``: a collective that carries NCCL's protocol model
         (``RoutedPhase.nccl``: the ring and tree collectives of training jobs) runs the protocol NCCL
         2.22.3's tuning model picks for its size (LL, LL128 or Simple, ``traffic.protocol_model``), at
-        that protocol's share of the fluid bus bandwidth and with its latency, plus ``steps x`` route
-        latency. NCCL's latencies hold the software per-step latency, so ``step_latency`` must be 0.
+        that protocol's share of the fluid bus bandwidth and with its latency (its hardware latencies
+        hold the scale-up hop; the longest route's latency counts as NCCL's network latency on the
+        steps that cross nodes). NCCL's latencies hold the software per-step latency, so
+        ``step_latency`` must be 0.
     """
 
     rates: str = "exact"
@@ -198,38 +200,42 @@ def _hop_latency(sub: SubFlows, sizes, capacity, latency, bandwidth_time, conges
     return jnp.max(_route_latencies(sub, sizes, capacity, latency, bandwidth_time, congestion))
 
 
-def _simple_latency(rp: RoutedPhase, options: Options) -> np.ndarray | None:
-    """float[C] the protocol latency each of the phase's collectives pays besides its route latency:
-    the Simple protocol's under ``protocol: nccl`` where the phase carries NCCL's model (a merged
-    reduction's messages are far past NCCL's switch to Simple), else ``steps x step_latency``."""
+def _nccl_models(rp: RoutedPhase, options: Options) -> tuple[ProtocolModel, ...] | None:
+    """The NCCL protocol model of each of the phase's collectives where ``protocol: nccl`` applies."""
     if options.protocol != "nccl" or rp.nccl is None:
         return None
-    return np.array([m.latency("Simple") for m in (rp.nccl if isinstance(rp.nccl, tuple) else (rp.nccl,))])
+    return rp.nccl if isinstance(rp.nccl, tuple) else (rp.nccl,)
 
 
 def _latency_terms(rp: RoutedPhase, hops, options: Options, collective_of_flow, collective_steps):
     """float[N] the latency term of each sub-flow: ``steps x (longest route latency + step_latency)``
     over the whole phase, or per collective when the phase merges several (``collective_of_flow``:
-    int[F] which one each flow belongs to; ``collective_steps``: int[C] their step counts); under
-    ``protocol: nccl`` the Simple protocol's latency in place of ``steps x step_latency``."""
+    int[F] which one each flow belongs to; ``collective_steps``: int[C] their step counts). Under
+    ``protocol: nccl`` a collective with NCCL's model pays the Simple protocol's latency on its
+    longest route instead (a merged reduction's messages are far past NCCL's switch to Simple)."""
     sub = rp.sub
-    simple = _simple_latency(rp, options)
+    models = _nccl_models(rp, options)
     if collective_of_flow is None:
-        return rp.steps * jnp.max(hops) + (rp.steps * options.step_latency if simple is None else simple.max())
+        if models is None:
+            return rp.steps * (jnp.max(hops) + options.step_latency)
+        return models[0].latency("Simple", jnp.max(hops))
     which = jnp.asarray(np.asarray(collective_of_flow, np.int64)[sub.parent])
     steps = np.asarray(collective_steps, np.float64)
-    longest = jax.ops.segment_max(hops, which, num_segments=steps.size)
-    protocol = steps * options.step_latency if simple is None else simple
-    return (steps * jnp.maximum(longest, 0.0) + protocol)[which]
+    longest = jnp.maximum(jax.ops.segment_max(hops, which, num_segments=steps.size), 0.0)
+    if models is None:
+        return (steps * (longest + options.step_latency))[which]
+    return jnp.stack([m.latency("Simple", longest[c]) for c, m in enumerate(models)])[which]
 
 
-def nccl_time(model: ProtocolModel, bandwidth):
-    """NCCL's time for a collective whose Simple-protocol (fluid) bandwidth time is ``bandwidth``: the
-    cheapest protocol's latency plus the bandwidth time at its bus bandwidth ``min(factor x bw,
-    cap)`` (``traffic.ProtocolModel``). Differentiable (a min of smooth terms)."""
+def nccl_time(model: ProtocolModel, bandwidth, inter):
+    """NCCL's time for a collective whose Simple-protocol (fluid) bandwidth time is ``bandwidth`` and
+    whose longest route has latency ``inter``: the cheapest protocol's latency (NCCL's hardware
+    latencies hold the scale-up hop; the route's latency counts as NCCL's network latency, on the
+    steps that cross nodes) plus the bandwidth time at its bus bandwidth ``min(factor x bw, cap)``
+    (``traffic.ProtocolModel``). Differentiable (a min of smooth terms)."""
     best = None
-    for _, latency, factor, cap in model.costs:
-        t = latency + jnp.maximum(bandwidth / factor, model.size / (cap * model.ratio))
+    for _, latency, factor, cap, per_inter in model.costs:
+        t = latency + per_inter * inter + jnp.maximum(bandwidth / factor, model.size / (cap * model.ratio))
         best = t if best is None else jnp.minimum(best, t)
     return best
 
@@ -415,7 +421,7 @@ def phase_time(rp: RoutedPhase, capacity, latency, options: Options = EXACT, *, 
     busy = bandwidth - (0.0 if starts is None else jnp.min(starts))
     hop = _hop_latency(sub, sizes, capacity, latency, busy, options.congestion)
     if options.protocol == "nccl" and isinstance(rp.nccl, ProtocolModel):
-        return bandwidth - busy + nccl_time(rp.nccl, busy) + rp.steps * hop
+        return bandwidth - busy + nccl_time(rp.nccl, busy, hop)
     return bandwidth + rp.steps * (hop + options.step_latency)
 
 

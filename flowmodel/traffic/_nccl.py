@@ -68,33 +68,34 @@ def _steps(kind: str, n: int, nodes: int) -> tuple[int, int]:
 @dataclasses.dataclass(frozen=True)
 class ProtocolModel:
     """NCCL's cost of each protocol for one collective, as a function of the Simple protocol's bus
-    bandwidth ``bw``: protocol ``p`` runs at bus bandwidth ``min(factor_p x bw, cap_p)`` and pays
-    ``latency_p``; ``time_p = latency_p + size / (busbw_p x ratio)``, ``ratio`` = algbw / busbw.
+    bandwidth ``bw`` and the network path's latency ``inter`` (s; NCCL's ``latencyInter``): protocol
+    ``p`` runs at bus bandwidth ``min(factor_p x bw, cap_p)`` and pays ``latency_p + per_inter_p x
+    inter``; ``time_p = that + size / (busbw_p x ratio)``, ``ratio`` = algbw / busbw.
 
-    ``costs``: ``(protocol, latency s, factor, cap bytes/s)`` for LL, LL128 and Simple."""
+    ``costs``: ``(protocol, latency s, factor, cap bytes/s, per_inter)`` for LL, LL128 and Simple."""
 
     size: float
     ratio: float
-    costs: tuple[tuple[str, float, float, float], ...]
+    costs: tuple[tuple[str, float, float, float, float], ...]
 
-    def latency(self, protocol: str) -> float:
-        """Seconds ``protocol`` pays besides the bandwidth term."""
-        return dict((p, lat) for p, lat, *_ in self.costs)[protocol]
+    def latency(self, protocol: str, inter: float = 0.0) -> float:
+        """Seconds ``protocol`` pays besides the bandwidth term, on a network path of latency ``inter``."""
+        return {p: lat + per_inter * inter for p, lat, _, _, per_inter in self.costs}[protocol]
 
-    def seconds(self, bw: float) -> dict[str, tuple[float, float, float]]:
+    def seconds(self, bw: float, inter: float = 0.0) -> dict[str, tuple[float, float, float]]:
         """protocol -> (latency s, bus bandwidth bytes/s, time s) at Simple bus bandwidth ``bw``."""
         out = {}
-        for p, latency, factor, cap in self.costs:
-            busbw = min(factor * bw, cap)
+        for p, latency, factor, cap, per_inter in self.costs:
+            busbw, latency = min(factor * bw, cap), latency + per_inter * inter
             out[p] = (latency, busbw, latency + self.size / (busbw * self.ratio))
         return out
 
 
 def protocol_model(kind: str, size: float, n: int, *, nodes: int = 1, algorithm: str = "ring", channels: int = 16,
-                   arch: str = "hopper", intra: str = "nvlink", cpu: str = "intel",
-                   latency_inter: float = 0.0) -> ProtocolModel:
+                   arch: str = "hopper", intra: str = "nvlink", cpu: str = "intel") -> ProtocolModel:
     """NCCL 2.22.3's per-protocol latency and bandwidth for one collective (arguments as
-    :func:`nccl_protocol`, less the bus bandwidth, which the model takes as its argument)."""
+    :func:`nccl_protocol`, less the bus bandwidth and the network latency, which the model takes as
+    its arguments)."""
     if algorithm not in BASE_LATENCY:
         raise ValueError(f"algorithm: NCCL's protocol model here covers ring and tree, got {algorithm!r}")
     if algorithm == "tree" and kind != "all_reduce":
@@ -125,17 +126,21 @@ def protocol_model(kind: str, size: float, n: int, *, nodes: int = 1, algorithm:
     for i, p in enumerate(PROTOCOLS):
         latency = BASE_LATENCY[algorithm][i]
         intra_lat = HW_LATENCY[intra][algorithm][i]
-        inter_lat = HW_LATENCY["net"][algorithm][i] + latency_inter * 1e6 * (2 if p == "Simple" else 1)
+        inter_lat = HW_LATENCY["net"][algorithm][i]
+        path = 2 if p == "Simple" else 1  # latencyInter counts twice on Simple
         if algorithm == "ring":
             if nodes > 1:
                 intra_lat = max(intra_lat, NET_OVERHEAD[cpu] * (3 if p == "Simple" else 1))
             latency += (steps - inter_steps) * intra_lat + inter_steps * inter_lat
+            per_inter = inter_steps * path
         else:
             latency += 2 * ((n // nodes - 1) * intra_lat + int(math.log2(nodes)) * inter_lat)
+            per_inter = 2 * int(math.log2(nodes)) * path
         plateau = algorithm == "ring" and p == "Simple" and nodes > 1 and kind == "all_reduce"
         if plateau and size / (channels * n) >= 64:
-            latency *= 1.9 if arch == "volta" else 1.4  # the ring's plateau effect
-        costs.append((p, latency * 1e-6, *bandwidth[p]))
+            scale = 1.9 if arch == "volta" else 1.4  # the ring's plateau effect
+            latency, per_inter = latency * scale, per_inter * scale
+        costs.append((p, latency * 1e-6, *bandwidth[p], float(per_inter)))
     return ProtocolModel(float(size), ratio, tuple(costs))
 
 
@@ -154,7 +159,8 @@ def nccl_protocol(kind: str, size: float, n: int, *, bus_bw: float, nodes: int =
       latency_inter: the network path's latency, s (NCCL's ``latencyInter``).
     """
     check_number("nccl.bus_bw", bus_bw, strict=True)
+    check_number("nccl.latency_inter", latency_inter)
     costs = protocol_model(kind, size, n, nodes=nodes, algorithm=algorithm, channels=channels, arch=arch,
-                           intra=intra, cpu=cpu, latency_inter=latency_inter).seconds(bus_bw)
+                           intra=intra, cpu=cpu).seconds(bus_bw, latency_inter)
     best = min(costs, key=lambda p: costs[p][2])
     return ProtocolChoice(best, costs[best][2], costs)
