@@ -102,7 +102,7 @@ def training_flows(job, scale_up: int = 1) -> int:
     flows = 0
     moe = job.model.moe_layers > 0
     if par.tp > 1:  # all-gather and reduce-scatter, one flow per rank each (and the expert-TP pair)
-        flows += 2 * g * (1 + moe)
+        flows += 2 * g * (1 + moe) * (min(scale_up, job.channels or scale_up) if par.tp > scale_up else 1)
     if par.cp > 1:
         flows += 2 * g
     if moe and par.ep > 1:  # all-to-all: every rank to every other of its group

@@ -560,9 +560,10 @@ OPTIONS = Section({  # YAML `model` -> Options; window and the queue shape -> Op
                            "fleet_tol"),
     "fleet_iterations": Key("int", "the most sweeps coupling jobs that share links (jobs that share none: none)"),
     "transport": Key("str", "transport profile fitted against ns-3: tcp (NewReno), newreno, cubic, dctcp"),
-    "protocol": Key("str", "simple (every collective at the fluid rate) or nccl (training's ring and tree collectives "
-                           "run the protocol NCCL 2.22.3's tuning model picks for their size: LL, LL128 or Simple, "
-                           "with its bandwidth share and latency; step_latency must then be 0)"),
+    "protocol": Key("str", "simple (every collective at the fluid rate) or nccl (training's per-layer ring "
+                           "collectives run the protocol NCCL 2.22.3's tuning model picks for their size: LL, LL128 "
+                           "or Simple, with its bandwidth share and latency; the DP reductions pay Simple's latency "
+                           "at the fluid rate; step_latency must then be 0)"),
     "engine": Key("str", "kernels of the exact model: auto (host on a CPU backend, else xla), host, xla", "auto"),
 }, target=Options, convert=_options)
 RENAMED = {"model.alpha": "model.step_latency"}  # old key -> new key: a clear error, never ignored

@@ -263,7 +263,8 @@ def _sizes(rp) -> np.ndarray:
 
 
 def replay_phase(workload, name, rp, calls, capacity, latency, options, start_times=None) -> PhaseLoad:
-    """One routed phase through the exact kernels, as ``phase_time`` / ``phase_finish`` run it."""
+    """One routed phase through the exact kernels, as ``phase_time`` / ``phase_finish`` run it (at the
+    fluid rates: under ``protocol: nccl`` an LL or LL128 collective runs slower than its replay)."""
     sub = rp.sub
     L = capacity.shape[0]
     sizes, cap, weights, limit, starts = fluid_inputs(rp, capacity, latency, options, start_times)

@@ -57,12 +57,12 @@ def planning_objective(model: Model, objective: str = "step_time", *, kv_weight:
         groups = [k.group for k in sc.optimize.knobs] if sc.optimize else list(model.info.groups)
         cases, _ = resilience.expected_cases(model, resilience.failure_scenarios(model),
                                              healthy_weight=sc.failures.weight_of_healthy)
-        smooth, exact = model.options.relaxed(), model.options.exact()
+        during, exact = model.options.searched(search), model.options.exact()
 
         def value(net, options):
             return resilience.expected_step_time(model, cases, groups, net, options)
 
-        return Objective(lambda net, lg: value(net, smooth if search == "smooth" else exact),
+        return Objective(lambda net, lg: value(net, during),
                          lambda net, lg: float(sum(w * m.evaluate(resilience.carry_groups(model, m, net, groups),
                                                                   exact).step_time for w, m in cases)),
                          lambda net, lg: value(net, exact))

@@ -389,8 +389,7 @@ def objective(model: Model, job: JobReliability | None = None, *, search: str = 
         if len(jobs) != 1:
             raise ValueError(f"job: the scenario plans {len(jobs)} jobs with tokens or steps; name one")
         job = next(iter(jobs.values()))
-    exact = model.options.exact()
-    during = model.options.relaxed() if search == "smooth" else exact
+    exact, during = model.options.exact(), model.options.searched(search)
     compiled = jax.jit(lambda net: time_to_train(job, model, net, options=exact)["expected_s"])
     return (lambda net, logits: time_to_train(job, model, net, options=during)["expected_s"],
             lambda net, logits: float(compiled(net)))

@@ -348,7 +348,7 @@ def expected_objective(model: Model, scenarios: Sequence[Failure], groups: Seque
     if unknown:
         raise ValueError(f"groups: unknown link group {unknown[0]!r}")
     options = model.options if options is None else options
-    during = options.relaxed() if search == "smooth" else options.exact()
+    during = options.searched(search)
     cases, lost = expected_cases(model, scenarios, healthy_weight=healthy_weight)
 
     def objective(net, logits):

@@ -445,10 +445,8 @@ class Model:
         """(search, exact) functions of (network, logits) for ``optimize.minimize``: ``score`` of the fleet,
         searched on the exact model with its (sub)gradients (``search="exact"``, as ``optimize.search``) or
         on smooth rates (``"smooth"``: ``options.relaxed()``), and exact for reporting."""
-        if search not in ("smooth", "exact"):
-            raise ValueError(f"optimize.search: must be smooth or exact, got {search!r}")
         options = self.options if options is None else options
-        during, exact = (options.relaxed() if search == "smooth" else options.exact()), options.exact()
+        during, exact = options.searched(search), options.exact()
         if objective not in ("step_time", "throughput"):
             raise ValueError(f"optimize.objective: must be step_time or throughput here, got {objective!r}")
         return (lambda net, logits: self.score(self.fleet(net, during, logits), objective, kv_weight),

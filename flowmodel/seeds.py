@@ -257,9 +257,7 @@ class SeedSet:
         (network, logits), each the mean over the seeds of ``Model.score``."""
         m = self.model
         options = m.options if options is None else options
-        if search not in ("smooth", "exact"):
-            raise ValueError(f"optimize.search: must be smooth or exact, got {search!r}")
-        during, exact = (options.relaxed() if search == "smooth" else options.exact()), options.exact()
+        during, exact = options.searched(search), options.exact()
 
         def mean(fleet):
             return jnp.mean(m.score(fleet, objective, kv_weight))

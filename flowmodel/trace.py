@@ -94,11 +94,14 @@ def run(prefix: str, fabric: Fabric, *, system: str | None = None, comm_groups: 
     sysinfo = st.read_system(system) if system is not None else st.TraceSystem()
     options = fabric.options
     if sysinfo.step_latency is not None:
+        if options.protocol == "nccl":
+            raise ValueError(f"system: {system} sets a per-step latency (endpoint-delay), which model.protocol: nccl "
+                             "does not take (NCCL's latencies hold it); run the trace with protocol simple")
         options = dataclasses.replace(options, step_latency=sysinfo.step_latency)
     say(f"match and route {trace.num_nodes} nodes of {trace.num_ranks} ranks")
     prepared = st.prepare_trace(trace, fabric.router, gpus=gpus, policy=fabric.policy, seed=fabric.seed, qps=fabric.qps,
                                 algorithms=dict(sysinfo.algorithms), chunks=sysinfo.chunks, dims=fabric.dims,
-                                dimensions=dict(sysinfo.dimensions))
+                                dimensions=dict(sysinfo.dimensions), channels=sysinfo.channels)
     say("simulate")
     result = st.simulate_trace(prepared, fabric.network.capacity, fabric.network.latency, options,
                                background=fabric.background)
@@ -110,6 +113,7 @@ def run(prefix: str, fabric: Fabric, *, system: str | None = None, comm_groups: 
             "makespan_s": float(result.makespan), "finish_s": finish.tolist(),
             "critical_path": result.critical_path, "classes": classes,
             "system": {"file": system, "algorithms": dict(sysinfo.algorithms), "chunks": sysinfo.chunks,
+                       "ring_channels": "auto" if sysinfo.channels is None else sysinfo.channels,
                        "per_dimension": {k: list(v) for k, v in dict(sysinfo.dimensions).items()  # the kinds run so
                                          if fabric.dims and len(v) == len(fabric.dims)},
                        "step_latency_s": options.step_latency, "ignored": list(sysinfo.ignored),

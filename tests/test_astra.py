@@ -120,3 +120,16 @@ def test_a_system_file_with_one_implementation_per_dimension_runs_them_per_dimen
     system = st.read_system(str(path))
     assert dict(system.dimensions) == {"all_reduce": ("ring", "direct")}  # all-to-all stays one collective
     assert any("dimension by dimension" in n for n in system.notes)
+
+
+def test_nccl_channels_in_a_system_file(tmp_path):
+    path = tmp_path / "sys.json"
+    path.write_text('{"all-reduce-implementation": ["ring"]}')
+    assert st.read_system(str(path)).channels == 1  # ASTRA-sim's own files: one ring, as ASTRA-sim runs it
+    for value, want in (('"auto"', None), ("4", 4)):
+        path.write_text('{"nccl-channels": %s}' % value)
+        assert st.read_system(str(path)).channels == want
+    for value in ('"many"', "0", "true"):
+        path.write_text('{"nccl-channels": %s}' % value)
+        with pytest.raises(tr.TraceError, match=r"nccl-channels: must be \"auto\" or an integer >= 1, got"):
+            st.read_system(str(path))

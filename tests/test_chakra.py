@@ -131,7 +131,9 @@ def test_export_reads_back_to_the_step_time(tmp_path, name):
     assert summary["ranks"] == plan.job.parallelism.size
     trace = chakra.read_trace(str(tmp_path / "job"))
     system = st.read_system(str(tmp_path / "job.system.json"))
-    prepared = st.prepare_trace(trace, model.router, gpus=summary["gpus"], algorithms=dict(system.algorithms))
+    assert system.channels is None  # the job runs NCCL-style channels: the export says so
+    prepared = st.prepare_trace(trace, model.router, gpus=summary["gpus"], algorithms=dict(system.algorithms),
+                                channels=system.channels)
     result = st.simulate_trace(prepared, model.network.capacity, model.network.latency, model.options)
     assert float(result.makespan) == pytest.approx(expected, rel=1e-9)
     assert float(np.max(result.finish)) == pytest.approx(expected, rel=1e-9)

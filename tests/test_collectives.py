@@ -117,6 +117,9 @@ def test_channel_rings_closed_form_on_a_non_blocking_fabric():
     assert st.ring_channels(info, np.arange(d)[None, :]) == (1, 1)  # one domain: no NIC to spread over
     assert st.ring_channels(info, np.arange(0, n, d)[None, :]) == (1, 1)  # one member per domain
     assert st.ring_channels(info, np.arange(n)[None, :], limit=2) == (d, 2)
+    swapped = np.arange(n)
+    swapped[[4, 5]] = swapped[[5, 4]]  # the second domain's members in another order: their rails differ
+    assert st.ring_channels(info, swapped[None, :]) == (1, 1)
     latency = 2 * (n - 1) * 2 * HOP  # every step waits for the slowest route: GPU -> leaf -> GPU
     for channels in (1, 2, d):
         coll = tr.all_reduce(np.arange(n), S, local_size=d, channels=channels)
@@ -150,6 +153,8 @@ def test_training_rings_run_one_channel_per_gpu_of_a_domain():
     (lambda: tr.all_reduce(np.arange(8), 1.0, "tree", local_size=4, channels=2), "channels: parallel rings are for "
                                                                                    "the ring algorithm, not 'tree'"),
     (lambda: tr.all_gather(np.arange(6), 1.0, local_size=4, channels=2), "local_size: must be a positive divisor"),
+    (lambda: tr.reduce_scatter(np.arange(6), 1.0, local_size=4), "local_size: must be a positive divisor of the "
+                                                                 "group size 6, got 4"),
     (lambda: tr.all_reduce(np.arange(4), -1.0), "size: must be > 0 and finite bytes, got -1"),
     (lambda: tr.all_reduce(np.arange(4), float("nan")), "size: must be > 0"),
     (lambda: tr.all_reduce(np.arange(4), 1.0, "butterfly"), "unknown all-reduce algorithm 'butterfly'"),

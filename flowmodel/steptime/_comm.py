@@ -102,12 +102,13 @@ class Options:
         their incidence, so xla keeps the sparse solve inside every compiled program.
       protocol: ``"simple"`` (every collective at the fluid rate, latency ``steps x (route latency +
         step_latency)``) or ``"nccl"``: a collective that carries NCCL's protocol model
-        (``RoutedPhase.nccl``: the ring and tree collectives of training jobs) runs the protocol NCCL
+        (``RoutedPhase.nccl``: the per-layer ring collectives of training jobs) runs the protocol NCCL
         2.22.3's tuning model picks for its size (LL, LL128 or Simple, ``traffic.protocol_model``), at
         that protocol's share of the fluid bus bandwidth and with its latency (its hardware latencies
         hold the scale-up hop; the longest route's latency counts as NCCL's network latency on the
-        steps that cross nodes). NCCL's latencies hold the software per-step latency, so
-        ``step_latency`` must be 0.
+        steps that cross nodes). The DP reductions (one merged phase, GB-sized) pay the Simple
+        protocol's latency at the fluid rate (a tree's 0.92 bandwidth share is not applied). NCCL's
+        latencies hold the software per-step latency, so ``step_latency`` must be 0.
     """
 
     rates: str = "exact"
@@ -156,6 +157,13 @@ class Options:
     def relaxed(self) -> Options:
         """The same options with smooth rates (what a gradient search runs on)."""
         return dataclasses.replace(self, rates="smooth")
+
+    def searched(self, search: str) -> Options:
+        """What a gradient search runs on: ``"exact"`` rates (with their subgradients) or the
+        ``"smooth"`` relaxation (``optimize.search``)."""
+        if search not in RATES:
+            raise ValueError(f"optimize.search: must be smooth or exact, got {search!r}")
+        return self.relaxed() if search == "smooth" else self.exact()
 
 
 EXACT = Options()
@@ -253,7 +261,8 @@ def domain_of(info: FabricInfo, routes: np.ndarray) -> str:
 
 def ring_channels(info: FabricInfo, groups: np.ndarray, limit: int | None = None) -> tuple[int, int]:
     """``(local_size, channels)`` of the NCCL-style parallel rings over ``groups`` (int64[G, n]): when
-    every group splits into blocks of ``d`` consecutive members, each block in its own scale-up domain,
+    every group splits into blocks of ``d`` consecutive members, each block in its own scale-up domain
+    and at the same positions in it (so a block's k-th member is on the same rail in every block),
     ``d`` channels (at most ``limit``) so that every member's NIC carries the ring between domains
     (``traffic.channel_orders``); else one flat ring, ``(1, 1)``."""
     groups = np.asarray(groups, np.int64)
@@ -267,6 +276,12 @@ def ring_channels(info: FabricInfo, groups: np.ndarray, limit: int | None = None
     blocks = dom.reshape(groups.shape[0], n // d, d)
     heads = np.sort(blocks[..., 0], axis=1)
     if not (blocks == blocks[..., :1]).all() or (np.diff(heads, axis=1) == 0).any():
+        return 1, 1
+    on = np.flatnonzero(info.gpu_domain >= 0)
+    first = np.full(int(info.gpu_domain.max()) + 1, info.num_gpus, np.int64)
+    np.minimum.at(first, info.gpu_domain[on], on)  # each domain's first GPU
+    position = (groups - first[dom]).reshape(blocks.shape)
+    if not (position == position[:, :1, :]).all():
         return 1, 1
     return d, min(d, limit or d)
 

@@ -52,7 +52,16 @@ from ..results import write_text
 from ..routing import Router
 from ..traffic import _collectives as coll
 from ..traffic._chakra import COLL, COMM_TYPE_OF, COMP, RECV, SEND, Trace, TraceError, TraceWriter, write_comm_groups
-from ._comm import EXACT, Options, RoutedPhase, phase_finish, phase_time, residual_capacity, route_phase
+from ._comm import (
+    EXACT,
+    Options,
+    RoutedPhase,
+    phase_finish,
+    phase_time,
+    residual_capacity,
+    ring_channels,
+    route_phase,
+)
 from ._schedule import one_f_one_b
 from ._training import LAYER_KINDS, TrainingPlan, compute_times
 
@@ -74,7 +83,10 @@ class TraceSystem:
     ``preferred-dataset-splits``: a collective runs as that many chunks one after another, each paying
     the latency term, as ASTRA-sim does with one active chunk), the per-dimension implementations of
     the kinds that list several (``dimensions``: an all-reduce, reduce-scatter or all-gather over a
-    whole multi-dimensional network runs dimension by dimension, ``traffic.per_dimension``), and the
+    whole multi-dimensional network runs dimension by dimension, ``traffic.per_dimension``), the ring
+    channels (``channels``, from ``nccl-channels``, a key of flowmodel's own that its export writes:
+    ``"auto"`` (None) runs NCCL-style channels where a group has several members per scale-up domain,
+    as the step time does; an integer caps them; absent, 1: one ring, as ASTRA-sim runs it), and the
     keys it does not model (``ignored``)."""
 
     algorithms: tuple[tuple[str, str], ...] = ()
@@ -83,6 +95,7 @@ class TraceSystem:
     chunks: int = 1
     ignored: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    channels: int | None = 1
 
 
 def read_system(path: str) -> TraceSystem:
@@ -94,7 +107,7 @@ def read_system(path: str) -> TraceSystem:
         raise TraceError(f"{path}: cannot read the system file ({e})") from None
     if not isinstance(spec, dict):
         raise TraceError(f"{path}: expected a JSON object")
-    algorithms, notes, ignored, step_latency, chunks, dimensions = {}, [], [], None, 1, {}
+    algorithms, notes, ignored, step_latency, chunks, dimensions, channels = {}, [], [], None, 1, {}, 1
     for key, value in spec.items():
         if key in SYSTEM_KEYS:
             dims = value if isinstance(value, list) else [value]
@@ -121,6 +134,10 @@ def read_system(path: str) -> TraceSystem:
             if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
                 raise TraceError(f"{path}: preferred-dataset-splits: must be an integer >= 1, got {value!r}")
             chunks = value
+        elif key == "nccl-channels":
+            if value != "auto" and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+                raise TraceError(f"{path}: nccl-channels: must be \"auto\" or an integer >= 1, got {value!r}")
+            channels = None if value == "auto" else value
         elif key == "endpoint-delay":
             if not (isinstance(value, (int, float)) and value >= 0):
                 raise TraceError(f"{path}: endpoint-delay: must be >= 0 (ns), got {value!r}")
@@ -128,7 +145,7 @@ def read_system(path: str) -> TraceSystem:
         else:
             ignored.append(key)
     return TraceSystem(tuple(sorted(algorithms.items())), tuple(sorted(dimensions.items())), step_latency, chunks,
-                       tuple(ignored), tuple(notes))
+                       tuple(ignored), tuple(notes), channels)
 
 
 class _Dag:
@@ -279,14 +296,16 @@ class TraceResult:
 
 def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecmp", seed: int = 0, qps: int = 4,
                   algorithms: dict | None = None, chunks: int = 1, dims=None,
-                  dimensions: dict | None = None) -> PreparedTrace:
+                  dimensions: dict | None = None, channels: int | None = 1) -> PreparedTrace:
     """Match a trace's communication, build its DAG and route every contention class on ``router``'s
     fabric. ``gpus``: the GPU of each trace rank (default: rank r on GPU r); ``algorithms``: collective
     kind -> algorithm (default ring; all-to-all direct); ``chunks``: collectives run as that many
     chunks one after another (the bandwidth term is unchanged, the latency term is paid per chunk).
     ``dims`` (an ASTRA-sim network's NPUs per dimension) and ``dimensions`` (kind -> one implementation
     per dimension, ``TraceSystem.dimensions``): a collective of those kinds over a group of all
-    prod(dims) GPUs runs dimension by dimension (``traffic.per_dimension``)."""
+    prod(dims) GPUs runs dimension by dimension (``traffic.per_dimension``). ``channels``: ring
+    collectives run as one ring (1, ASTRA-sim's), or NCCL-style channels where a group has several
+    members per scale-up domain (None: one per member, ``ring_channels``; an integer caps them)."""
     R = trace.num_ranks
     recorded = gpus is None and trace.gpus is not None
     if gpus is None:  # the GPUs the producer recorded (flowmodel's export does), else rank r on GPU r
@@ -306,6 +325,10 @@ def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecm
     for kind, alg in algs.items():
         if kind not in coll.ALGORITHMS or alg not in coll.ALGORITHMS[kind]:
             raise TraceError(f"algorithms.{kind}: unknown algorithm {alg!r}")
+    if channels is not None and (isinstance(channels, bool) or not isinstance(channels, (int, np.integer))
+                                 or channels < 1):
+        raise TraceError(f"channels: must be None (auto) or an integer >= 1, got {channels!r}")
+    rings = None if channels == 1 else (lambda g: ring_channels(router.info, g, channels))
     if dims is not None and dimensions:  # per kind: (dims, implementations) where the system names each dimension
         algs["per_dimension"] = {kind: (tuple(dims), tuple(impls)) for kind, impls in dict(dimensions).items()
                                  if len(impls) == len(dims)}
@@ -451,7 +474,7 @@ def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecm
             collective = coll.send_recv(gpus[pairs[:, 0]], gpus[pairs[:, 1]], nbytes)
         else:
             groups = np.unique(np.array([inst_key[i][3] for i in members]), axis=0)
-            collective = _build(kind, algs, gpus[groups], nbytes)
+            collective = _build(kind, algs, gpus[groups], nbytes, rings)
         phases = tuple(route_phase(_chunked(ph, chunks), router, policy, seed=seed, qps=qps)
                        for ph in collective.phases)
         slot[members] = len(classes)
@@ -467,7 +490,7 @@ def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecm
             if kind == "send_recv":
                 ph = coll.send_recv(gpus[who[:1]], gpus[who[1:]], nbytes).phases[0]
             else:
-                ph = _build(kind, algs, gpus[who][None], nbytes).phases[0]
+                ph = _build(kind, algs, gpus[who][None], nbytes, rings).phases[0]
             srcs.append(ph.src)
             dsts.append(ph.dst)
             sizes.append(ph.bytes)
@@ -494,12 +517,16 @@ def _chunked(ph: coll.Phase, chunks: int) -> coll.Phase:
     return ph if chunks == 1 else dataclasses.replace(ph, steps=ph.steps * chunks)
 
 
-def _build(kind: str, algs: dict, groups: np.ndarray, nbytes: float):
+def _build(kind: str, algs: dict, groups: np.ndarray, nbytes: float, rings=None):
     """The collective of ``kind`` over ``groups``: dimension by dimension where ``algs["per_dimension"]``
-    names the kind and a group holds every NPU of the network, else ``algs[kind]`` over the group."""
+    names the kind and a group holds every NPU of the network, else ``algs[kind]`` over the group, a
+    ring with the channels ``rings(groups)`` gives (``(local_size, channels)``; None: one ring)."""
     dims, impls = algs.get("per_dimension", {}).get(kind, ((), ()))
     if dims and groups.shape[1] == int(np.prod(dims)):
         return coll.per_dimension(kind, groups, nbytes, dims, impls)
+    if rings is not None and kind in ("all_reduce", "all_gather", "reduce_scatter") and algs[kind] == "ring":
+        local_size, channels = rings(groups)
+        return _BUILDERS[kind](groups, nbytes, "ring", local_size=local_size, channels=channels)
     return _BUILDERS[kind](groups, nbytes, algs[kind])
 
 
@@ -725,7 +752,8 @@ def export_training(plan: TrainingPlan, prefix: str) -> dict:
     _remove_stale(prefix, len(coords))
     write_text(f"{prefix}.system.json", json.dumps({
         "all-reduce-implementation": [implementation], "all-gather-implementation": ["ring"],
-        "reduce-scatter-implementation": ["ring"], "all-to-all-implementation": ["direct"]}, indent=2))
+        "reduce-scatter-implementation": ["ring"], "all-to-all-implementation": ["direct"],
+        "nccl-channels": plan.job.channels or "auto"}, indent=2))
     return {"ranks": len(coords), "nodes": nodes, "gpus": gpus.tolist(), "prefix": prefix}
 
 

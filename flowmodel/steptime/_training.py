@@ -39,6 +39,7 @@ from ._comm import (
     RoutedPhase,
     domain_of,
     extended,
+    nccl_time,
     phase_finish,
     phase_time,
     residual_capacity,
@@ -226,7 +227,8 @@ class StepResult:
     ``collectives`` gives every collective kind of the step (per-layer ``tp_all_gather``, ...,
     ``pp_send_recv``: the slowest rank's send, ``dp_all_reduce``: from the first stage's reduction
     start to the last one's end) its time per call (``seconds``), its bandwidth bound (max over
-    links of bytes / capacity, plus the same latency term), efficiency = bound / time, and
+    links of bytes / capacity, timed as the collective is: the same latency term, or under
+    ``protocol: nccl`` NCCL's protocol at that bandwidth), efficiency = bound / time, and
     nccl-tests' algbw (bytes / time, bytes/s; ``bytes`` per rank, for DP the fullest rank's
     gradients) and busbw (algbw x the collective's factor, bytes/s); the plan's ``domains`` says
     which domain each kind crosses. ``dp_starts`` (float[V], s) is when each virtual stage's DP
@@ -434,16 +436,18 @@ def _step_numbers(plan: TrainingPlan, capacity, latency, background, logits, opt
             per_rank = [[n for n in seconds if n.startswith(f"pp_forward[{r}][")] for r in range(par.pp)]
             time = _max_all([sum(seconds[n] for n in names) for names in per_rank if names])
             bound = _max_all([sum(_bound(phases[n], capacity, latency, options.step_latency) for n in names)
-                              for names in per_rank if names])
+                              for names in per_rank if names])  # point-to-point: no NCCL protocol model
         elif kind in DP_KINDS:  # from the collective's first stage's start to its last flow's end
             c = plan.dp_kinds.index(kind)
             time = dp_times[kind]
             bound = _bound(phases["dp"], capacity, latency, options.step_latency,
-                           sub_mask=plan.dp_collective[phases["dp"].sub.parent] == c, steps=int(plan.dp_steps[c]))
+                           sub_mask=plan.dp_collective[phases["dp"].sub.parent] == c, steps=int(plan.dp_steps[c]),
+                           nccl=_nccl_of(phases["dp"], options, c))
         else:
             names = [n for n in seconds if n.startswith(kind + "[")]
             time = sum(seconds[n] for n in names)
-            bound = sum(_bound(phases[n], capacity, latency, options.step_latency) for n in names)
+            bound = sum(_bound(phases[n], capacity, latency, options.step_latency, nccl=_nccl_of(phases[n], options))
+                        for n in names)
         collective, size, n = plan.sizes[kind]
         report[kind] = {"seconds": time, "bound_seconds": bound, "efficiency": bound / time,
                         "bytes": size, "ranks": n, "algbw": size / time,
@@ -451,9 +455,20 @@ def _step_numbers(plan: TrainingPlan, capacity, latency, background, logits, opt
     return finish, parts, by_domain, report, dp_starts
 
 
-def _bound(ph: RoutedPhase, capacity, latency, step_latency, *, sub_mask=None, steps=None):
+def _nccl_of(ph: RoutedPhase, options: Options, collective: int = 0) -> ProtocolModel | None:
+    """The phase's NCCL protocol model (of its ``collective``-th collective where it merges several)
+    when ``protocol: nccl`` applies to it."""
+    if options.protocol != "nccl" or ph.nccl is None:
+        return None
+    return ph.nccl[collective] if isinstance(ph.nccl, tuple) else ph.nccl
+
+
+def _bound(ph: RoutedPhase, capacity, latency, step_latency, *, sub_mask=None, steps=None,
+           nccl: ProtocolModel | None = None):
     """Bandwidth bound (max over links of bytes / capacity) plus the latency term of the phase, or of
-    the sub-flows in ``sub_mask`` with ``steps`` steps (one collective of a merged phase)."""
+    the sub-flows in ``sub_mask`` with ``steps`` steps (one collective of a merged phase); with
+    ``nccl`` (``protocol: nccl``) the bound as the phase is timed: NCCL's cheapest protocol at the
+    bound's bus bandwidth, or, for one collective of a merged phase, the Simple protocol's latency."""
     if ph.sub is None:
         return 0.0
     capacity, latency = extended(ph, capacity, latency)
@@ -462,7 +477,10 @@ def _bound(ph: RoutedPhase, capacity, latency, step_latency, *, sub_mask=None, s
         routes, sizes = routes[sub_mask], sizes[np.flatnonzero(sub_mask)]
     hop = jnp.max(route_latency(jnp.asarray(routes), latency))
     steps = ph.steps if steps is None else steps
-    return scheduled_bound(routes, sizes, capacity) + steps * (hop + step_latency)
+    bandwidth = scheduled_bound(routes, sizes, capacity)
+    if nccl is None:
+        return bandwidth + steps * (hop + step_latency)
+    return nccl_time(nccl, bandwidth, hop) if sub_mask is None else bandwidth + nccl.latency("Simple", hop)
 
 
 phase_bound = _bound  # the name other step models (recommendation) import

@@ -104,8 +104,9 @@ def channel_orders(n: int, local_size: int, channels: int) -> np.ndarray:
 
     Channel c enters block 0 at local member k_c = c x local_size // channels and visits the block from
     there, rotated; odd blocks are visited backwards, so every hop between blocks joins the same local
-    index (the same rail: what NCCL's graph search and PXN achieve), one NIC of each block per channel.
-    With ``channels == local_size`` every member's NIC sends and receives one channel between blocks.
+    index (the same rail: what NCCL's graph search and PXN achieve), one NIC of each block per channel;
+    with an odd number of blocks the hop that closes the ring crosses rails (k - 1 to k). With
+    ``channels == local_size`` every member's NIC sends and receives one channel between blocks.
 
     >>> channel_orders(4, 2, 2).tolist()   # two blocks of two: rails 1 and 0
     [[0, 1, 3, 2], [1, 0, 2, 3]]
@@ -127,6 +128,8 @@ def channel_orders(n: int, local_size: int, channels: int) -> np.ndarray:
 def _ring(g: np.ndarray, per_flow: float, steps: int, local_size: int = 1, channels: int = 1) -> Phase:
     """Each rank sends to the next in its group (wrapping round); with ``channels`` > 1, that many
     parallel rings (:func:`channel_orders`), each carrying 1 / channels of the bytes."""
+    if g.shape[1] % local_size:
+        raise ValueError(f"local_size: must be a positive divisor of the group size {g.shape[1]}, got {local_size!r}")
     if g.shape[1] < 2:
         return _empty()
     if channels == 1:
