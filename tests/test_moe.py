@@ -24,8 +24,9 @@ MODEL = tr.Model("moe-small", layers=4, hidden=512, ffn_hidden=2048, heads=8, kv
 TP, CP, PP, DP = 2, 2, 2, 8  # 64 GPUs; micro-batch 1, global batch 16: 2 micro-batches per pipeline
 
 
-def _plan(ep):
-    job = tr.Training(MODEL, tr.Parallelism(tp=TP, cp=CP, pp=PP, dp=DP, ep=ep), global_batch=16)
+def _plan(ep, channels=1):
+    """The job on 8 domains of 8 GPUs; ``channels=1``: one flat ring per group, the hand count's."""
+    job = tr.Training(MODEL, tr.Parallelism(tp=TP, cp=CP, pp=PP, dp=DP, ep=ep), global_batch=16, channels=channels)
     clos = fb.Clos(tiers=2, gpus_per_leaf=8, leaves_per_pod=8, spines_per_pod=4)
     fleet = fb.Fleet(sites=(fb.Site("a", scale_up=fb.ScaleUp(size=8, bandwidth=400e9, latency=1e-6),
                                     scale_out=clos),))
@@ -179,6 +180,17 @@ def test_deepseek_v3_preset_has_its_published_size():
         tr.Training(m, tr.Parallelism(tp=1, pp=16, dp=48, ep=48), global_batch=48)
     assert dataclasses.replace(m, kv_lora_rank=0, q_lora_rank=0, rope_head_dim=0).kv_bytes_per_token() == \
         2 * 128 * 128 * 61 * 2
+
+
+def test_default_channels_split_every_reduction_ring_over_the_two_gpus_a_domain_holds():
+    flat, plan = _plan(2)[1], _plan(2, channels=None)[1]
+    dense = lambda p: p.dp_collective == 0  # noqa: E731
+    # a DP x CP group holds both CP ranks of a domain: two channels, each with half the bytes
+    assert dense(plan).sum() == 2 * dense(flat).sum()
+    assert plan.dp.phase.bytes[dense(plan)].sum() == pytest.approx(flat.dp.phase.bytes[dense(flat)].sum(), rel=1e-12)
+    assert plan.dp_steps.tolist() == flat.dp_steps.tolist()
+    for kind in ("tp_all_gather", "cp_all_gather"):  # inside one domain: one ring
+        assert plan.collectives[kind][0].phase.num_flows == flat.collectives[kind][0].phase.num_flows
 
 
 def test_smooth_model_times_both_reductions():
