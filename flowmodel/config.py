@@ -143,9 +143,12 @@ def _sites(read: Read) -> list[Site]:
         if up is None:
             up = _read({}, SCALE_UP, f"{where}.scale_up")
         fill = {"size": acc.scale_up_size, "bandwidth": acc.scale_up_bandwidth, "topology": acc.scale_up_topology}
+        if "bandwidth" not in up.given:  # the preset's efficiency goes with its physical bandwidth, never alone
+            fill["efficiency"] = acc.scale_up_efficiency
         up = up._replace(values={**up.values, **{k: v for k, v in fill.items() if k not in up.given}})
         if out is not None and "nic_bandwidth" not in out.given:
-            out = out._replace(values={**out.values, "nic_bandwidth": acc.nic_bandwidth})
+            nic = {"nic_bandwidth": acc.nic_bandwidth, "nic_efficiency": acc.nic_efficiency}
+            out = out._replace(values={**out.values, **{k: v for k, v in nic.items() if k not in out.given}})
     values = dict(values, scale_up=None if up is None else _make(ScaleUp, SCALE_UP.fields(up.values), up.where),
                   scale_out=None if out is None else _make(Clos, SCALE_OUT.fields(out.values), out.where))
     name, copies, fields = values["name"], values["copies"], SITE.fields(values)
@@ -313,6 +316,9 @@ SCALE_UP = Section({
     "bandwidth": Key("bandwidth", "what each accelerator can send (and receive) inside its domain"),
     "latency": Key("time", "accelerator-to-accelerator latency inside the domain"),
     "topology": Key("str", "`switch` (NVSwitch-like) or `full_mesh` (each pair linked directly)"),
+    "efficiency": Key("float", "fraction of the bandwidth collectives reach; the links carry bandwidth x efficiency "
+                               "(default 1: the bandwidth is effective; from an accelerator preset, its calibrated "
+                               "figure along with its physical bandwidth)"),
 }, target=ScaleUp, convert=_given)
 SCALE_OUT = Section({
     "tiers": Key("int", "2 (leaf, spine) or 3 (leaf, spine, aggregation)"),
@@ -328,6 +334,9 @@ SCALE_OUT = Section({
     "latency": Key("time", "per scale-out link"),
     "rail_optimized": Key("bool", "GPU r of every scale-up domain goes to a leaf of rail r"),
     "radix": Key("int", "switch port count; every switch's ports must fit in it (unchecked when absent)"),
+    "nic_efficiency": Key("float", "fraction of the NIC bandwidth collectives reach; the NIC links carry nic_bandwidth "
+                                   "x nic_efficiency (default 1; from an accelerator preset, its calibrated figure "
+                                   "along with its NIC speed)"),
 }, target=Clos, convert=_given)
 SITE = Section({
     "name": Key("str", "unique site name; prefixes its nodes and link groups (`b0/spine_up`)"),
@@ -356,6 +365,9 @@ ACCELERATOR = Section({
     "nics_per_gpu": Key("int", "scale-out NICs per GPU", None, None),
     "nic_speed": Key("bandwidth", "each NIC's speed (a site's nic_bandwidth: nics_per_gpu x nic_speed)", None, None),
     "host_bandwidth": Key("bandwidth", "each GPU's link to host memory (PCIe, NVLink-C2C), per direction", None, None),
+    "scale_up_efficiency": Key("float", "fraction of the scale-up bandwidth collectives reach (nccl-tests busbw / "
+                                        "line rate)", None, None),
+    "nic_efficiency": Key("float", "fraction of the NIC speed collectives reach", None, None),
 }, convert=_accelerator)
 LONG_HAUL = Section({
     "a": Key("str", "one site's name"),

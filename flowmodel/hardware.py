@@ -46,6 +46,11 @@ class Accelerator:
         (NVLink's "900 GB/s" for H100 is both directions together: 450e9 here).
       scale_up_topology: ``switch`` (NVSwitch) or ``full_mesh`` (direct links to each peer, MI300X).
       nics_per_gpu, nic_speed: scale-out NICs per GPU and each one's speed (bytes/s).
+      scale_up_efficiency, nic_efficiency: the fraction of the physical scale-up and NIC bandwidth
+        collectives reach (NCCL's protocol overhead on large messages, from nccl-tests' busbw; 1 where
+        no public figure exists). A site that takes its bandwidth from the preset takes these with it,
+        so its links carry bandwidth x efficiency; a site that sets its own bandwidth keeps efficiency 1
+        unless it sets one (never both folded in).
       host_bandwidth: each GPU's link to its host's CPU memory, bytes/s per direction (PCIe Gen5 x16:
         64e9; NVLink-C2C on Grace superchips): KV-cache offload and weights staged in host memory cross it.
       sources: (field, where the figure comes from) pairs; docs/sources.md cites each in full.
@@ -60,6 +65,8 @@ class Accelerator:
     nic_speed: float
     nics_per_gpu: int = 1
     host_bandwidth: float = 64e9
+    scale_up_efficiency: float = 1.0
+    nic_efficiency: float = 1.0
     scale_up_topology: str = "switch"
     fp8_flops: float | None = None
     fp16_flops: float | None = None
@@ -78,6 +85,10 @@ class Accelerator:
             if getattr(self, f"{dtype}_flops") is not None:
                 check_number(f"accelerator.{dtype}_flops", getattr(self, f"{dtype}_flops"), strict=True)
         check_number("accelerator.scale_up_size", self.scale_up_size, minimum=1, integer=True)
+        for field in ("scale_up_efficiency", "nic_efficiency"):
+            v = getattr(self, field)
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1):
+                raise ValueError(f"accelerator.{field}: must be in (0, 1], got {v!r}")
         check_number("accelerator.nics_per_gpu", self.nics_per_gpu, minimum=1, integer=True)
         if self.scale_up_topology not in TOPOLOGIES:
             raise ValueError(f"accelerator.scale_up_topology: must be 'switch' or 'full_mesh', got "
@@ -120,6 +131,9 @@ ROCM_MI300X = "ROCm MI300X workload tuning guide (node-level architecture)"
 AZURE_MI300X = "Azure ND MI300X v5-series specifications"
 ILLUSTRATIVE = "illustrative round figures, no product"
 PCIE5 = "PCI Express Base Specification 5.0 (x16 link)"
+NCCL_H100 = "nccl-tests issue #212 (8x H100 NVLink4 busbw)"
+NCCL_NDR = "nccl-tests issue #290 (NDR 400 Gb/s busbw per NIC)"
+CARRIED = "carried over from h100_hgx's nccl-tests anchors"
 
 
 def _sourced(**figures):
@@ -131,25 +145,29 @@ def _sourced(**figures):
 
 PRESETS: dict[str, Accelerator] = {
     # H100 SXM5 on an 8-GPU HGX board. NVLink 4: 900 GB/s both directions = 450 GB/s each way, the physical
-    # figure; the shipped configs keep ASTRA-sim's effective 400 GB/s HGX-H100 setting (docs/sources.md).
+    # figure, of which NCCL's ring reaches 370 GB/s busbw (efficiency 0.822), and 47 of a 400G NIC's 50 GB/s
+    # (0.94); the shipped configs without a preset keep ASTRA-sim's effective 400 GB/s (docs/sources.md).
     "h100_hgx": Accelerator(**_sourced(
         name="h100_hgx", bf16_flops=(989.4e12, NVIDIA_H100), fp16_flops=(989.4e12, NVIDIA_H100),
         fp8_flops=(1978.9e12, NVIDIA_H100), tf32_flops=(494.7e12, NVIDIA_H100), hbm=(80e9, NVIDIA_H100),
         hbm_bandwidth=(3.35e12, NVIDIA_H100), scale_up_size=(8, NVIDIA_HGX), scale_up_bandwidth=(450e9, NVIDIA_H100),
-        nics_per_gpu=(1, NVIDIA_HGX), nic_speed=(50e9, NVIDIA_HGX), host_bandwidth=(64e9, NVIDIA_H100))),
+        nics_per_gpu=(1, NVIDIA_HGX), nic_speed=(50e9, NVIDIA_HGX), host_bandwidth=(64e9, NVIDIA_H100),
+        scale_up_efficiency=(370 / 450, NCCL_H100), nic_efficiency=(47 / 50, NCCL_NDR))),
     # B200 on an 8-GPU HGX board (1,000 W configuration); NVLink 5: 1.8 TB/s per GPU = 900 GB/s each way.
     "b200_hgx": Accelerator(**_sourced(
         name="b200_hgx", bf16_flops=(2.25e15, NVIDIA_GB200), fp16_flops=(2.25e15, NVIDIA_GB200),
         fp8_flops=(4.5e15, NVIDIA_GB200), tf32_flops=(1.1e15, NVIDIA_GB200), hbm=(180e9, NVIDIA_GB200),
         hbm_bandwidth=(7.7e12, NVIDIA_GB200), scale_up_size=(8, NVIDIA_HGX), scale_up_bandwidth=(900e9, NVIDIA_GB200),
-        nics_per_gpu=(1, NVIDIA_HGX), nic_speed=(50e9, NVIDIA_HGX), host_bandwidth=(64e9, PCIE5))),
+        nics_per_gpu=(1, NVIDIA_HGX), nic_speed=(50e9, NVIDIA_HGX), host_bandwidth=(64e9, PCIE5),
+        scale_up_efficiency=(370 / 450, CARRIED), nic_efficiency=(47 / 50, CARRIED))),
     # GB200 NVL72: 72 Blackwell GPUs (1,200 W configuration) in one NVLink 5 domain, 900 GB/s each way per GPU.
     "gb200_nvl72": Accelerator(**_sourced(
         name="gb200_nvl72", bf16_flops=(2.5e15, NVIDIA_GB200), fp16_flops=(2.5e15, NVIDIA_GB200),
         fp8_flops=(5e15, NVIDIA_GB200), tf32_flops=(1.25e15, NVIDIA_GB200), hbm=(186e9, NVIDIA_GB200),
         hbm_bandwidth=(8e12, NVIDIA_GB200), scale_up_size=(72, NVIDIA_GB200),
         scale_up_bandwidth=(900e9, NVIDIA_NVLINK), nics_per_gpu=(1, MLPERF_GB200), nic_speed=(50e9, MLPERF_GB200),
-        host_bandwidth=(225e9, NVIDIA_GB200))),
+        host_bandwidth=(225e9, NVIDIA_GB200), scale_up_efficiency=(370 / 450, CARRIED),
+        nic_efficiency=(47 / 50, CARRIED))),
     # MI300X on an 8-GPU platform: seven Infinity Fabric links of 128 GB/s (both directions), one to each peer:
     # 448 GB/s each way per GPU, 64 GB/s to each peer.
     "mi300x": Accelerator(**_sourced(

@@ -51,6 +51,9 @@ FIGURES = [
     ("h100_hgx", "host_bandwidth", 64e9, H.NVIDIA_H100), ("b200_hgx", "host_bandwidth", 64e9, H.PCIE5),
     ("gb200_nvl72", "host_bandwidth", 225e9, H.NVIDIA_GB200), ("mi300x", "host_bandwidth", 64e9, H.AMD_MI300X),
     ("generic", "host_bandwidth", 32e9, H.ILLUSTRATIVE),
+    ("h100_hgx", "scale_up_efficiency", 370 / 450, H.NCCL_H100), ("h100_hgx", "nic_efficiency", 0.94, H.NCCL_NDR),
+    ("b200_hgx", "scale_up_efficiency", 370 / 450, H.CARRIED), ("b200_hgx", "nic_efficiency", 0.94, H.CARRIED),
+    ("gb200_nvl72", "scale_up_efficiency", 370 / 450, H.CARRIED), ("gb200_nvl72", "nic_efficiency", 0.94, H.CARRIED),
 ]
 
 
@@ -152,12 +155,40 @@ def test_the_accelerator_fills_scale_up_and_nic_defaults_and_explicit_keys_win()
                             ("fabric.sites[1].scale_up", {"bandwidth": "300GB/s", "latency": "2us"}),
                             ("fabric.sites[1].scale_out.nic_bandwidth", "800Gbps")]))
     a, b = sc.fleet.sites
-    assert a.scale_up == fb.ScaleUp(size=8, bandwidth=900e9, topology="switch")  # absent: the preset's domain
+    # absent: the preset's domain, its physical bandwidth and the efficiency NCCL reaches on it
+    assert a.scale_up == fb.ScaleUp(size=8, bandwidth=900e9, topology="switch", efficiency=370 / 450)
     assert a.scale_out.nic_bandwidth == 50e9 and a.accelerator.name == "b200_hgx"
     assert b.scale_up == fb.ScaleUp(size=8, bandwidth=300e9, latency=2e-6, topology="full_mesh")  # given keys win
     assert b.scale_out.nic_bandwidth == 100e9
     plain = config.parse(_two()).fleet.sites[0]  # no accelerator: the YAML defaults as before
     assert plain.scale_up is None and plain.scale_out.nic_bandwidth == 50e9 and plain.accelerator is None
+
+
+def test_a_presets_efficiency_goes_with_its_physical_bandwidth_and_never_alone():
+    def links(edits):
+        sc = config.parse(_two(edits))
+        network, info = fb.compile_fabric(fb.build(sc.fleet))
+        cap = np.asarray(network.capacity)
+        tier, site = np.asarray(info.tier), np.asarray(info.site)
+        return {t: float(cap[(tier == t) & (site == "a")].max()) for t in (fb.Tier.SCALE_UP, fb.Tier.NIC)}
+
+    h100 = ("fabric.sites[0].accelerator", "h100_hgx")
+    assert links([h100]) == {fb.Tier.SCALE_UP: pytest.approx(370e9), fb.Tier.NIC: pytest.approx(47e9)}
+    # a site that gives its own (effective) figures keeps them whole
+    given = [h100, ("fabric.sites[0].scale_up", {"bandwidth": "400GB/s"}),
+             ("fabric.sites[0].scale_out.nic_bandwidth", "400Gbps")]
+    assert links(given) == {fb.Tier.SCALE_UP: pytest.approx(400e9), fb.Tier.NIC: pytest.approx(50e9)}
+    # ... unless it gives an efficiency too
+    both = given + [("fabric.sites[0].scale_up.efficiency", 0.5), ("fabric.sites[0].scale_out.nic_efficiency", 0.8)]
+    assert links(both) == {fb.Tier.SCALE_UP: pytest.approx(200e9), fb.Tier.NIC: pytest.approx(40e9)}
+    # the knob a planner tunes stays the physical figure: the links carry it x efficiency
+    sc = config.parse(_two([h100]))
+    network, info = fb.compile_fabric(fb.build(sc.fleet))
+    assert float(fb.group_values(network, info, ["a/scale_up"])["a/scale_up"]) == pytest.approx(450e9)
+    for key, value, message in (("scale_up.efficiency", 1.2, "scale_up.efficiency: must be in (0, 1], got 1.2"),
+                                ("scale_out.nic_efficiency", 0, "scale_out.nic_efficiency: must be in (0, 1], got 0")):
+        with pytest.raises(config.ConfigError, match=re.escape(f"fabric.sites[0].{message}")):
+            config.parse(_two([(f"fabric.sites[0].{key}", value)]))
 
 
 def test_a_custom_accelerator_is_a_mapping():

@@ -192,10 +192,10 @@ def _add_scale_up(b: Builder, site: Site, su: ScaleUp, first_domain: int, gpus: 
         switches = b.nodes([f"{name}/nvswitch{d}" for d in range(domains)], Kind.SCALE_UP_SWITCH, name,
                            domain=range(first_domain, first_domain + domains))
         members = np.arange(domains * su.size)
-        b.cables(gpus[members], switches[members // su.size], capacity=su.bandwidth, coef=1.0,
-                 latency=su.latency / 2, **common)
+        b.cables(gpus[members], switches[members // su.size], capacity=su.bandwidth * su.efficiency,
+                 coef=su.efficiency, latency=su.latency / 2, **common)
     elif su.size > 1:
-        share = 1.0 / (su.size - 1)
+        share = su.efficiency / (su.size - 1)
         a, c = np.nonzero(~np.eye(su.size, dtype=bool))  # every ordered pair of a domain, a-major
         base = (np.arange(domains) * su.size)[:, None]
         b.links(gpus[base + a], gpus[base + c], direction="across", capacity=su.bandwidth * share, coef=share,
@@ -221,8 +221,8 @@ def _add_scale_out(b: Builder, site: Site, clos: Clos, gpus: np.ndarray) -> np.n
 
     g_nic = b.group(f"{name}/nic", CAPACITY, nic)
     i = np.arange(clos.num_gpus)
-    b.cables(gpus[i], leaf[_leaf_of_gpu(i, clos, domain_size)], capacity=nic, coef=1.0, tier=Tier.NIC,
-             group=g_nic, **common)
+    b.cables(gpus[i], leaf[_leaf_of_gpu(i, clos, domain_size)], capacity=nic * clos.nic_efficiency,
+             coef=clos.nic_efficiency, tier=Tier.NIC, group=g_nic, **common)
 
     r0 = clos.oversubscription[0]
     leaf_spine_coef = clos.gpus_per_leaf * nic / S

@@ -19,6 +19,11 @@ from ..hardware import Accelerator, preset
 FIBRE_DELAY_S_PER_KM = 4.9e-6  # light in fibre: ~1,000 km is ~10 ms round trip (docs/sources.md)
 
 
+def _check_efficiency(where: str, value) -> None:
+    if not (isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 < value <= 1):
+        raise ValueError(f"{where}: must be in (0, 1], got {value!r}")
+
+
 def _read_units(spec, where: str, **kinds: str) -> None:
     """Fields given as unit strings (``"400Gbps"``, ``"2us"``, ``"10km"``) become SI numbers, read as
     the YAML loader reads them; numbers pass unchanged to the field checks."""
@@ -37,12 +42,16 @@ class ScaleUp:
         links gets ``bandwidth / (size - 1)``.
       latency: seconds from one accelerator to another (split evenly over the hops).
       topology: ``"switch"`` or ``"full_mesh"``.
+      efficiency: the fraction of ``bandwidth`` collectives reach (NCCL's protocol overhead); the
+        links carry ``bandwidth x efficiency``. 1 where ``bandwidth`` is already an effective figure
+        (the default 400 GB/s is); an accelerator preset's physical figure comes with its own.
     """
 
     size: int = 8
     bandwidth: float = 400e9  # ASTRA-sim's validated HGX-H100 setting (docs/sources.md, scale-up)
     latency: float = 936e-9
     topology: str = "switch"
+    efficiency: float = 1.0
 
     def __post_init__(self):
         _read_units(self, "scale_up", bandwidth="bandwidth", latency="time")
@@ -51,6 +60,7 @@ class ScaleUp:
         check_number("scale_up.latency", self.latency)
         if self.topology not in ("switch", "full_mesh"):
             raise ValueError(f"scale_up.topology: must be 'switch' or 'full_mesh', got {self.topology!r}")
+        _check_efficiency("scale_up.efficiency", self.efficiency)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +86,9 @@ class Clos:
     Attributes:
       tiers: 2 (leaf, spine) or 3 (leaf, spine, aggregation).
       nic_bandwidth: bytes/s per GPU NIC (400 Gbps = 50e9).
+      nic_efficiency: the fraction of ``nic_bandwidth`` collectives reach (as ``ScaleUp.efficiency``):
+        the NIC links carry ``nic_bandwidth x nic_efficiency``; the tiers above are sized on the
+        physical ``nic_bandwidth``.
       latency: seconds per scale-out link.
       radix: optional switch port count; when given, every switch's port count (one port per
         neighbour) must fit in it.
@@ -92,6 +105,7 @@ class Clos:
     latency: float = 1e-6
     rail_optimized: bool = False
     radix: int | None = None
+    nic_efficiency: float = 1.0
 
     def __post_init__(self):
         if self.tiers not in (2, 3):
@@ -102,6 +116,7 @@ class Clos:
         if self.tiers == 2 and self.pods != 1:
             raise ValueError(f"scale_out.pods: a 2-tier Clos has one pod, got {self.pods!r}")
         check_number("scale_out.nic_bandwidth", self.nic_bandwidth, strict=True)
+        _check_efficiency("scale_out.nic_efficiency", self.nic_efficiency)
         check_number("scale_out.latency", self.latency)
         ratios = self.oversubscription
         if ratios is None:  # non-blocking
