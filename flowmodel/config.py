@@ -199,6 +199,11 @@ def _accelerator(read: Read) -> hardware.Accelerator:
         like = _make(hardware.preset, dict(name=values["like"], where=f"{where}.like"), "")
         base = {f.name: getattr(like, f.name) for f in dataclasses.fields(like) if f.name != "sources"}
     fields = dict(base, **{k: values[k] for k in given if k != "like"})
+    # a preset's efficiency belongs to its figure: a new bandwidth starts at 1 unless it gives its own
+    if "scale_up_bandwidth" in given and "scale_up_efficiency" not in given:
+        fields["scale_up_efficiency"] = 1.0
+    if {"nic_speed", "nics_per_gpu"} & given and "nic_efficiency" not in given:
+        fields["nic_efficiency"] = 1.0
     fields.setdefault("name", "custom")
     required = [f.name for f in dataclasses.fields(hardware.Accelerator) if f.default is dataclasses.MISSING]
     missing = [k for k in required if k not in fields]
@@ -366,8 +371,10 @@ ACCELERATOR = Section({
     "nic_speed": Key("bandwidth", "each NIC's speed (a site's nic_bandwidth: nics_per_gpu x nic_speed)", None, None),
     "host_bandwidth": Key("bandwidth", "each GPU's link to host memory (PCIe, NVLink-C2C), per direction", None, None),
     "scale_up_efficiency": Key("float", "fraction of the scale-up bandwidth collectives reach (nccl-tests busbw / "
-                                        "line rate)", None, None),
-    "nic_efficiency": Key("float", "fraction of the NIC speed collectives reach", None, None),
+                                        "line rate); a site that takes the bandwidth takes it too (1 when the "
+                                        "mapping gives its own scale_up_bandwidth)", None, None),
+    "nic_efficiency": Key("float", "fraction of the NIC speed collectives reach (1 when the mapping gives its own "
+                                   "nic_speed or nics_per_gpu)", None, None),
 }, convert=_accelerator)
 LONG_HAUL = Section({
     "a": Key("str", "one site's name"),

@@ -20,6 +20,7 @@ ValueError: accelerator: unknown preset 'h200'; known: h100_hgx, b200_hgx, gb200
 from __future__ import annotations
 
 import dataclasses
+import numbers
 
 import numpy as np
 
@@ -87,7 +88,7 @@ class Accelerator:
         check_number("accelerator.scale_up_size", self.scale_up_size, minimum=1, integer=True)
         for field in ("scale_up_efficiency", "nic_efficiency"):
             v = getattr(self, field)
-            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1):
+            if not (isinstance(v, numbers.Real) and not isinstance(v, bool) and 0 < v <= 1):
                 raise ValueError(f"accelerator.{field}: must be in (0, 1], got {v!r}")
         check_number("accelerator.nics_per_gpu", self.nics_per_gpu, minimum=1, integer=True)
         if self.scale_up_topology not in TOPOLOGIES:

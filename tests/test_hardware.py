@@ -191,6 +191,27 @@ def test_a_presets_efficiency_goes_with_its_physical_bandwidth_and_never_alone()
             config.parse(_two([(f"fabric.sites[0].{key}", value)]))
 
 
+def test_efficiency_never_makes_hardware_cheaper_and_a_new_figure_starts_at_one():
+    from flowmodel import optimize
+
+    physical = [("fabric.sites[0].scale_up", {"bandwidth": "450GB/s"}), ("fabric.sites[0].scale_out.nic_bandwidth",
+                                                                          "400Gbps")]
+    costs = []
+    for edits in ([("fabric.sites[0].accelerator", "h100_hgx")], physical):
+        sc = config.parse(_two(edits))
+        network, info = fb.compile_fabric(fb.build(sc.fleet))
+        space = optimize.Space(info, (optimize.Knob("a/scale_up", 100e9, 900e9), optimize.Knob("a/nic", 10e9, 100e9)),
+                               optimize.CostModel(per_gbps={"scale_up": 1.0, "nic": 2.0}))
+        costs.append(space.cost_at({"a/scale_up": 450e9, "a/nic": 50e9}))
+    assert costs[0] == pytest.approx(costs[1], rel=1e-12)  # the same hardware, the same price
+    # a custom accelerator that gives its own scale-up figure does not inherit the preset's efficiency for it
+    acc = config.parse(_two([("fabric.sites[0].accelerator", {"like": "h100_hgx", "scale_up_bandwidth": "400GB/s"})]))
+    acc = acc.fleet.sites[0].accelerator
+    assert (acc.scale_up_efficiency, acc.nic_efficiency) == (1.0, 0.94)
+    h200 = config.parse(_two([("fabric.sites[0].accelerator", {"like": "h100_hgx", "hbm": "141GB"})]))
+    assert h200.fleet.sites[0].accelerator.scale_up_efficiency == pytest.approx(370 / 450)
+
+
 def test_a_custom_accelerator_is_a_mapping():
     custom = {"like": "h100_hgx", "name": "h200", "hbm": "141GB", "hbm_bandwidth": "4.8TB/s"}
     sc = config.parse(_two([("fabric.sites[0].accelerator", custom)]))

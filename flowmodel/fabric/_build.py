@@ -112,8 +112,8 @@ class GraphBuilder:
         self.g = nx.DiGraph(groups={})
         self.count = 0
 
-    def group(self, name: str, kind: str, value: float) -> str:
-        self.g.graph["groups"][name] = {"kind": kind, "value": float(value),
+    def group(self, name: str, kind: str, value: float, efficiency: float = 1.0) -> str:
+        self.g.graph["groups"][name] = {"kind": kind, "value": float(value), "efficiency": float(efficiency),
                                         "unit": "bytes/s" if kind == CAPACITY else "ratio"}
         return name
 
@@ -137,8 +137,9 @@ class Builder:
         self.blocks: list[tuple[np.ndarray, np.ndarray, dict]] = []
         self.groups: dict[str, dict] = {}
 
-    def group(self, name: str, kind: str, value: float) -> str:
-        self.groups[name] = {"kind": kind, "value": float(value), "unit": "bytes/s" if kind == CAPACITY else "ratio"}
+    def group(self, name: str, kind: str, value: float, efficiency: float = 1.0) -> str:
+        self.groups[name] = {"kind": kind, "value": float(value), "efficiency": float(efficiency),
+                             "unit": "bytes/s" if kind == CAPACITY else "ratio"}
         return name
 
     def nodes(self, names: list[str], kind: str, site: str, *, rank=None, domain=None) -> np.ndarray:
@@ -185,7 +186,7 @@ class Builder:
 
 def _add_scale_up(b: Builder, site: Site, su: ScaleUp, first_domain: int, gpus: np.ndarray) -> None:
     name = site.name
-    group = b.group(f"{name}/scale_up", CAPACITY, su.bandwidth)
+    group = b.group(f"{name}/scale_up", CAPACITY, su.bandwidth, su.efficiency)
     common = dict(tier=Tier.SCALE_UP, site=name, group=group, length_km=0.0)
     domains = site.num_gpus // su.size
     if su.topology == "switch":
@@ -219,7 +220,7 @@ def _add_scale_out(b: Builder, site: Site, clos: Clos, gpus: np.ndarray) -> np.n
     leaf = b.nodes([f"{name}/leaf{i}" for i in range(Lp * P)], Kind.LEAF, name)
     spine = b.nodes([f"{name}/spine{i}" for i in range(S * P)], Kind.SPINE, name)  # spine j of pod p is p * S + j
 
-    g_nic = b.group(f"{name}/nic", CAPACITY, nic)
+    g_nic = b.group(f"{name}/nic", CAPACITY, nic, clos.nic_efficiency)
     i = np.arange(clos.num_gpus)
     b.cables(gpus[i], leaf[_leaf_of_gpu(i, clos, domain_size)], capacity=nic * clos.nic_efficiency,
              coef=clos.nic_efficiency, tier=Tier.NIC, group=g_nic, **common)

@@ -41,6 +41,9 @@ class LinkGroup:
     ``capacity[links] = coef * value`` for a capacity group (unit bytes/s) and ``coef / value`` for an
     oversubscription group (unit ratio, downlink : uplink). ``value`` is the value the fabric was
     built with; each group's coefficients hold every other parameter at its build value.
+    ``efficiency``: the fraction of the physical figure its links carry (``ScaleUp.efficiency``,
+    ``Clos.nic_efficiency``; already in ``coef``): what the links cost is ``coef / efficiency x value``,
+    the hardware bought, not the share collectives reach.
     """
 
     name: str
@@ -49,6 +52,7 @@ class LinkGroup:
     unit: str
     links: np.ndarray
     coef: np.ndarray
+    efficiency: float = 1.0
 
     def capacity(self, value):
         return self.coef * value if self.kind == CAPACITY else self.coef / value
@@ -137,7 +141,7 @@ def compile_table(table: FabricTable, *, dtype=None) -> tuple[Network, FabricInf
         if members.size == 0:
             continue  # every link of the group failed
         groups[name] = LinkGroup(name=name, kind=spec["kind"], value=spec["value"], unit=spec["unit"],
-                                 links=members, coef=links["coef"][members])
+                                 links=members, coef=links["coef"][members], efficiency=spec.get("efficiency", 1.0))
     is_gpu = (table.kind == Kind.GPU) & (table.rank >= 0)
     nodes, ranks = np.flatnonzero(is_gpu), table.rank[is_gpu]
     num_gpus = table.num_gpus
@@ -163,8 +167,8 @@ def compile_table(table: FabricTable, *, dtype=None) -> tuple[Network, FabricInf
 def to_networkx(network: Network, info: FabricInfo) -> nx.DiGraph:
     """The compiled fabric back as a graph (links carry ``link``, ``capacity``, ``latency`` and tags);
     ``compile_fabric`` of it gives the same arrays."""
-    g = nx.DiGraph(groups={n: {"kind": gr.kind, "value": gr.value, "unit": gr.unit} for n, gr in info.groups.items()},
-                   num_gpus=info.num_gpus)
+    g = nx.DiGraph(groups={n: {"kind": gr.kind, "value": gr.value, "unit": gr.unit, "efficiency": gr.efficiency}
+                           for n, gr in info.groups.items()}, num_gpus=info.num_gpus)
     rank = {int(node): r for r, node in enumerate(info.gpus) if node >= 0}
     for i, name in enumerate(info.nodes):
         attrs = {"kind": str(info.node_kind[i]), "site": str(info.node_site[i])}

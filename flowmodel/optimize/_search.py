@@ -130,9 +130,11 @@ class Space:
         return apply_groups(base, self.info, self.values(z))
 
     def _unit_costs(self) -> list[float]:
-        """Per knob, the cost of one unit of its capacity-linear quantity."""
+        """Per knob, the cost of one unit of its capacity-linear quantity: the physical capacity (a group
+        whose links carry a fraction ``efficiency`` of it pays for all of it)."""
         price = self.cost.link_prices(self.info)
-        return [float(np.sum(price[self.info.groups[k.group].links] * self.info.groups[k.group].coef))
+        groups = self.info.groups
+        return [float(np.sum(price[groups[k.group].links] * groups[k.group].coef) / groups[k.group].efficiency)
                 for k in self.knobs]
 
     def cost_at(self, values: Mapping[str, float]) -> float:
