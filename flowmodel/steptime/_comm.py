@@ -208,7 +208,7 @@ def _hop_latency(sub: SubFlows, sizes, capacity, latency, bandwidth_time, conges
     return jnp.max(_route_latencies(sub, sizes, capacity, latency, bandwidth_time, congestion))
 
 
-def _nccl_models(rp: RoutedPhase, options: Options) -> tuple[ProtocolModel, ...] | None:
+def nccl_models(rp: RoutedPhase, options: Options) -> tuple[ProtocolModel, ...] | None:
     """The NCCL protocol model of each of the phase's collectives where ``protocol: nccl`` applies."""
     if options.protocol != "nccl" or rp.nccl is None:
         return None
@@ -222,7 +222,7 @@ def _latency_terms(rp: RoutedPhase, hops, options: Options, collective_of_flow, 
     ``protocol: nccl`` a collective with NCCL's model pays the Simple protocol's latency on its
     longest route instead (a merged reduction's messages are far past NCCL's switch to Simple)."""
     sub = rp.sub
-    models = _nccl_models(rp, options)
+    models = nccl_models(rp, options)
     if collective_of_flow is None:
         if models is None:
             return rp.steps * (jnp.max(hops) + options.step_latency)

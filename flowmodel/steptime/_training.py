@@ -39,6 +39,7 @@ from ._comm import (
     RoutedPhase,
     domain_of,
     extended,
+    nccl_models,
     nccl_time,
     phase_finish,
     phase_time,
@@ -456,11 +457,10 @@ def _step_numbers(plan: TrainingPlan, capacity, latency, background, logits, opt
 
 
 def _nccl_of(ph: RoutedPhase, options: Options, collective: int = 0) -> ProtocolModel | None:
-    """The phase's NCCL protocol model (of its ``collective``-th collective where it merges several)
-    when ``protocol: nccl`` applies to it."""
-    if options.protocol != "nccl" or ph.nccl is None:
-        return None
-    return ph.nccl[collective] if isinstance(ph.nccl, tuple) else ph.nccl
+    """The NCCL protocol model of the phase's ``collective``-th collective where ``protocol: nccl``
+    applies to it."""
+    models = nccl_models(ph, options)
+    return None if models is None else models[collective]
 
 
 def _bound(ph: RoutedPhase, capacity, latency, step_latency, *, sub_mask=None, steps=None,
