@@ -72,7 +72,7 @@ def test_rtt_exponent_shares_a_link_by_rtt():
     tr = fm.Transport(rtt_exponent=1.0, packet_bytes=1e-9)
     cap, lat = jnp.array([10.0, jnp.inf]), jnp.array([1.0, 3.0])
     routes = jnp.array([[0, -1], [0, 1]])
-    _, w, _, _ = transport_inputs(tr, routes, jnp.array([1.0, 1.0]), cap, lat, jnp.ones(2), jnp.full(2, jnp.inf))
+    _, _, w, _, _ = transport_inputs(tr, routes, jnp.array([1.0, 1.0]), cap, lat, jnp.ones(2), jnp.full(2, jnp.inf))
     np.testing.assert_allclose(w[0] / w[1], 4.0, rtol=1e-9)
     rates = fm.maxmin_rates(routes, cap, weights=w)
     np.testing.assert_allclose(rates, [8.0, 2.0], rtol=1e-9)
@@ -125,7 +125,7 @@ def test_phase_time_applies_the_profile_exact_and_smooth():
     # the profile can only add: goodput below 1 and a start delay
     assert prof > bare
     delay = transport_inputs(PROFILES["cubic"], rp.sub.routes, rp.sub.sizes(rp.sizes), network.capacity,
-                             network.latency, jnp.ones(8), jnp.full(8, jnp.inf))[3]
+                             network.latency, jnp.ones(8), jnp.full(8, jnp.inf))[4]
     per_flow = float(rp.sub.sizes(rp.sizes)[0])
     goodput_time = per_flow / (float(network.capacity[rp.sub.routes[0, 0]]) * PROFILES["cubic"].goodput)
     np.testing.assert_allclose(prof - bare, float(delay.max()) + goodput_time - per_flow /

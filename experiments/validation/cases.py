@@ -131,6 +131,66 @@ def leaf_spine_permutation():
                   note="16 hosts, 4 leaves, 2 spines (2:1), permutation, one pinned spine per flow")
 
 
+def leaf_spine_4to1():
+    t, spine, leaf, hosts = leaf_spine(hosts_per_leaf=4, leaves=4, spines=1)
+    flat = [h for hs in hosts for h in hs]
+    leaf_of = {h: leaf[i] for i, hs in enumerate(hosts) for h in hs}
+    rng = np.random.default_rng(7)
+    while True:
+        perm = rng.permutation(len(flat))
+        if all(leaf_of[flat[i]] != leaf_of[flat[j]] for i, j in enumerate(perm)):
+            break
+    paths = [_clos_path(t, spine, leaf_of, flat[i], flat[j], rng) for i, j in enumerate(perm)]
+    return t.case("leafspine_4to1", "fit", paths, [2 * MB] * len(flat),
+                  note="16 hosts, 4 leaves, 1 spine (4:1), permutation: 4 flows on every leaf uplink")
+
+
+def clos3_permutation():
+    """Two pods of 4 leaves x 2 hosts, 2 aggregation switches per pod (2:1 to the 2 cores), every flow
+    crossing pods on a pinned random aggregation and core switch."""
+    t = Topo()
+    core = t.node(2)
+    hosts, pod_of, leaf_of, aggs = [], {}, {}, []
+    for pod in range(2):
+        agg, leaves = t.node(2), t.node(4)
+        aggs.append(agg)
+        for a in agg:
+            t.duplex(a, core[0])
+            t.duplex(a, core[1])
+            for lf in leaves:
+                t.duplex(lf, a)
+        for lf in leaves:
+            for h in t.node(2):
+                t.duplex(h, lf)
+                hosts.append(h)
+                pod_of[h], leaf_of[h] = pod, lf
+    rng = np.random.default_rng(11)
+    while True:
+        perm = rng.permutation(len(hosts))
+        if all(pod_of[hosts[i]] != pod_of[hosts[j]] for i, j in enumerate(perm)):
+            break
+    paths = []
+    for i, j in enumerate(perm):
+        a, b = hosts[i], hosts[j]
+        up, down = aggs[pod_of[a]][rng.integers(2)], aggs[pod_of[b]][rng.integers(2)]
+        paths.append(t.path([a, leaf_of[a], up, core[rng.integers(2)], down, leaf_of[b], b]))
+    return t.case("clos3_permutation", "held", paths, [4 * MB] * len(hosts),
+                  note="3-tier Clos, 16 hosts in 2 pods (2:1 at aggregation), cross-pod permutation, 6 hops")
+
+
+def mixed_rtt():
+    t = Topo()
+    a, b = t.node(2)
+    src, dst = t.node(4), t.node(4)
+    t.duplex(a, b)
+    for s, d, lat in zip(src, dst, (1e-6, 10e-6, 30e-6, 100e-6)):
+        t.duplex(s, a, lat=lat)
+        t.duplex(b, d)
+    paths = [t.path([s, a, b, d]) for s, d in zip(src, dst)]
+    return t.case("mixed_rtt", "fit", paths, [8 * MB] * 4,
+                  note="4 flows on one bottleneck, access links of 1 / 10 / 30 / 100 us (RTTs 8-206 us)")
+
+
 def _star(n):
     t = Topo()
     (sw,) = t.node(1)
@@ -146,10 +206,18 @@ def incast():
     return t.case("incast_8to1", "fit", paths, [1 * MB] * 8, note="8 senders to one receiver on a switch")
 
 
-def all_to_all():
-    t, sw, hosts = _star(8)
+def incast_32():
+    t, sw, hosts = _star(33)
+    paths = [t.path([h, sw, hosts[0]]) for h in hosts[1:]]
+    return t.case("incast_32to1", "held", paths, [0.5 * MB] * 32,
+                  note="32 senders to one receiver: 320 packets of initial windows into a 400-packet port")
+
+
+def all_to_all(n=8, split="held", size=0.5 * MB):
+    t, sw, hosts = _star(n)
     paths = [t.path([a, sw, b]) for a in hosts for b in hosts if a != b]
-    return t.case("alltoall_8", "held", paths, [0.5 * MB] * len(paths), note="8 hosts, 56 flows, one switch")
+    return t.case(f"alltoall_{n}", split, paths, [size] * len(paths),
+                  note=f"{n} hosts, {len(paths)} flows, one switch")
 
 
 def ring_switch():
@@ -182,6 +250,21 @@ def long_haul(km, split, window=4 * MB):
     paths = [t.path([s, a, b, d]) for s, d in zip(src, dst)]
     return t.case(f"longhaul_{km}km", split, paths, [48 * MB, 24 * MB], window=window,
                   note=f"2 flows over a {km} km link, {window / MB:.0f} MB windows")
+
+
+def longhaul_mixed_rtt():
+    """Two flows sharing a 500 km link, one from a host beside it and one 500 km further away."""
+    t = Topo()
+    a, b = t.node(2)
+    src, dst = t.node(2), t.node(2)
+    t.duplex(a, b, lat=500 * KM)
+    t.duplex(src[0], a)
+    t.duplex(src[1], a, lat=500 * KM)
+    for d in dst:
+        t.duplex(b, d)
+    paths = [t.path([s, a, b, d]) for s, d in zip(src, dst)]
+    return t.case("longhaul_mixed_rtt", "held", paths, [48 * MB, 48 * MB], window=16 * MB,
+                  note="2 flows on a 500 km link, RTTs 4.9 and 9.8 ms, 16 MB windows")
 
 
 def training_step():
@@ -226,5 +309,8 @@ def training_step():
 
 
 def all_cases():
+    """The suite, in a fixed order; each case's half was set before any fit on it."""
     return [dumbbell(), parking_lot(), leaf_spine_permutation(), incast(), all_to_all(), ring_switch(), ring_clos(),
-            long_haul(100, "held"), long_haul(1000, "fit"), long_haul(2000, "held"), training_step()]
+            long_haul(100, "held"), long_haul(1000, "fit"), long_haul(2000, "held"), training_step(),
+            leaf_spine_4to1(), clos3_permutation(), mixed_rtt(), all_to_all(16, "fit", 0.25 * MB),
+            all_to_all(32, "held", 0.125 * MB), incast_32(), longhaul_mixed_rtt()]

@@ -8,10 +8,22 @@ they are:
 - a start delay per flow, added to its start time: ``handshake_rtts`` round trips before the first
   data byte (1 for TCP's SYN / SYN-ACK), the store-and-forward of one packet on every hop, the standing
   queue at its bottleneck (``queue_packets`` packets at the slowest link of its route), and slow start:
-  ``slow_start`` RTTs per doubling of the window from ``initial_window`` up to the flow's share of the
-  bandwidth-delay product (or its window, or its size, if smaller); and ``ramp`` RTTs per initial window
-  of that window, for a transport that leaves slow start early and regains its window by additive
-  increase (one segment per RTT: DCTCP's first marks halve the window, alpha starting at 1).
+  ``slow_start`` RTTs per doubling of the window from ``initial_window`` up to its target, the flow's
+  share of the bandwidth-delay product (or its window, or its size, if smaller).
+- the marking ramp (``mark_packets`` > 0, an ECN transport such as DCTCP): slow start releases bursts
+  as large as the window, so once the target window exceeds the marking threshold of ``mark_packets``
+  packets the first marks come in slow start and cut the window back to ``restart_window`` segments
+  (DCTCP's alpha starts at 1: every marked window halves). It regrows one segment per RTT, congestion
+  avoidance's additive increase, so the ramp back to a target window of W segments lasts W - w0 RTTs.
+  The delay is the closed form of that linear ramp: the time it loses against the full rate, or, for a
+  flow that ends inside the ramp, the time it takes to send its bytes there.
+- contention, what packet transport loses where flows share links, from static counts of the routes:
+  a link carrying n flows (n = its bytes over its largest flow's, so that a flow that ends early counts
+  less) is contended ``c = (n - 1) / (n - 1 + contention_flows)``: 0 for one flow, towards 1 for many.
+  Its capacity is divided by ``1 + contention * c`` (n flows' windows and marks on one port); and a flow
+  contended on more than one hop is slowed by ``path_contention`` times the sum of its hops' c beyond
+  its most contended one, as a start delay of that share of its bytes at its static share of its
+  bottleneck (a flow limited in turn by two ports sends less than max-min gives it).
 - RTT-dependent sharing: weights x ``(RTT / max RTT) ** -rtt_exponent`` (loss-based TCP gives flows
   with short round trips more than their max-min share).
 - ``window``: bytes in flight per flow; the rate is capped at ``window / RTT``.
@@ -20,15 +32,17 @@ RTT of a flow = twice its route latency + one packet's serialization on every ho
 queue. The share used for slow start is the capacity of its most crowded link divided by the number of
 flows crossing it (a static count: no rates are solved to set the inputs).
 
-The named profiles (``PROFILES``) were fitted against ns-3 3.44 on half of the validation cases of
-``experiments/validation`` and checked on the other half; ``experiments/validation/fit.py`` prints the
-fit and README's "How accurate is it" the errors.
+The named profiles (``PROFILES``) were fitted against ns-3 3.44 on the fit half of the validation
+cases of ``experiments/validation`` and checked on the held-out half; ``experiments/validation/fit.py``
+prints the fit and README's "How accurate is it" the errors. Every term is a smooth function of the
+continuous inputs (capacity, latency, sizes, weights), so gradients pass through a profile.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -46,8 +60,14 @@ class Transport:
     goodput: float = 1.0
     handshake_rtts: float = 0.0
     slow_start: float = 0.0
-    ramp: float = 0.0
     initial_window: float = 10 * 1448.0
+    segment: float = 1448.0
+    mark_packets: float = 0.0
+    restart_window: float = 10.0
+    regrowth: float = 0.0
+    contention: float = 0.0
+    contention_flows: float = 1.0
+    path_contention: float = 0.0
     rtt_exponent: float = 0.0
     queue_packets: float = 0.0
     packet_bytes: float = 0.0  # wire bytes of a packet (store-and-forward, queue); 0: a fluid without packets
@@ -57,31 +77,38 @@ class Transport:
         def bad(field, want):
             raise ValueError(f"transport.{field}: must be {want}, got {getattr(self, field)!r}")
 
-        for field in ("handshake_rtts", "slow_start", "ramp", "rtt_exponent", "queue_packets", "packet_bytes"):
+        for field in ("handshake_rtts", "slow_start", "mark_packets", "regrowth", "contention", "path_contention",
+                      "rtt_exponent", "queue_packets", "packet_bytes"):
             v = getattr(self, field)
             if not (isinstance(v, (int, float)) and np.isfinite(v) and v >= 0):
                 bad(field, ">= 0")
-        v = self.initial_window
-        if not (isinstance(v, (int, float)) and np.isfinite(v) and v > 0):
-            bad("initial_window", "> 0 bytes")
+        for field, unit in (("initial_window", " bytes"), ("segment", " bytes"), ("restart_window", " segments"),
+                            ("contention_flows", "")):
+            v = getattr(self, field)
+            if not (isinstance(v, (int, float)) and np.isfinite(v) and v > 0):
+                bad(field, f"> 0{unit}")
         if not (isinstance(self.goodput, (int, float)) and 0 < self.goodput <= 1):
             bad("goodput", "in (0, 1]")
         if self.window is not None and not (np.isfinite(self.window) and self.window > 0):
             bad("window", "> 0 bytes (or None)")
+        if self.mark_packets and not self.regrowth:
+            bad("regrowth", "> 0 segments per RTT with mark_packets (the marking ramp regrows the window)")
 
     def with_window(self, window: float | None) -> Transport:
         return dataclasses.replace(self, window=window)
 
 
-# Fitted against ns-3 3.44 by experiments/validation/fit.py (grid search on the fit half of the cases only:
-# 10 Gbps links, 400-packet port buffers, DCTCP marking at 65 packets, long links buffered to one BDP);
-# goodput, the handshake and the initial window are physics, not fitted. DCTCP's slow start and ramp are
-# large because on long links its first marks halve the window, regained one segment per RTT.
+
+# Fitted against ns-3 3.44 by experiments/validation/fit.py on the fit half of the cases only (10 Gbps links,
+# 400-packet port buffers, DCTCP marking at 65 packets, long links buffered to one BDP). Physics, not fitted:
+# goodput, the handshake, the initial window and segment, one packet of store-and-forward per hop, and
+# DCTCP's marking threshold (the setup's K).
 _TCP = dict(goodput=TCP_GOODPUT, packet_bytes=WIRE_PACKET, handshake_rtts=1.0)
 PROFILES = {
-    "newreno": Transport("newreno", **_TCP, slow_start=1.6, ramp=0.0, rtt_exponent=3.0, queue_packets=0.0),
-    "cubic": Transport("cubic", **_TCP, slow_start=1.0, ramp=0.0, rtt_exponent=0.25, queue_packets=0.0),
-    "dctcp": Transport("dctcp", **_TCP, slow_start=8.0, ramp=0.625, rtt_exponent=1.75, queue_packets=0.0),
+    "newreno": Transport("newreno", **_TCP, regrowth=1.0, slow_start=1.6, rtt_exponent=3.0),
+    "cubic": Transport("cubic", **_TCP, regrowth=1.0, slow_start=1.0, rtt_exponent=0.25),
+    "dctcp": Transport("dctcp", **_TCP, regrowth=1.0, slow_start=1.0, rtt_exponent=1.75, mark_packets=65.0,
+                       restart_window=10.0),
 }
 ALIASES = {"tcp": "newreno"}  # ns-3's default TCP
 
@@ -99,14 +126,25 @@ def transport_profile(transport: str | Transport | None) -> Transport | None:
 
 
 def transport_inputs(transport: Transport, routes, sizes, capacity, latency, weights, rate_limit):
-    """The fluid inputs a profile implies: ``(capacity, weights, rate_limit, start_delay[F])``.
+    """The fluid inputs a profile implies: ``(sizes, capacity, weights, rate_limit, start_delay[F])``.
 
     ``routes`` int[F, H] (-1 pads); the rest as in ``completion_times`` (weights / rate_limit float[F]).
     """
     routes, capacity, latency = jnp.asarray(routes), jnp.asarray(capacity), jnp.asarray(latency)
     L = capacity.shape[0]
     padded = pad_routes(routes, L)
+    sizes = jnp.asarray(sizes, capacity.dtype)
+    # contended flows per link: its bytes over its largest flow's (a flow that ends early counts less)
+    hop = padded < L
+    largest = jax.ops.segment_max(jnp.where(hop, sizes[:, None], 0.0).reshape(-1), padded.reshape(-1),
+                                  num_segments=L + 1)
+    total = link_sums(padded, sizes, L + 1)
+    crowd = jnp.where(largest > 0, total / jnp.where(largest > 0, largest, 1.0), 1.0)
+    excess = jnp.maximum(crowd - 1.0, 0.0)
+    contended = excess / (excess + transport.contention_flows)  # 0 for one flow, towards 1 for many
     cap = capacity * transport.goodput
+    if transport.contention:
+        cap = cap / (1.0 + transport.contention * contended[:L])
     cap_ext = jnp.concatenate([cap, jnp.full((1,), jnp.inf, cap.dtype)])
     lat_ext = jnp.concatenate([latency, jnp.zeros((1,), latency.dtype)])
     hop_cap = cap_ext[padded]
@@ -121,10 +159,40 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
     bdp = jnp.minimum(jnp.where(jnp.isfinite(share), share * rtt, jnp.inf), jnp.asarray(sizes, cap.dtype))
     if transport.window is not None:
         bdp = jnp.minimum(bdp, transport.window)
+    target = bdp
+    if transport.mark_packets:  # slow start ends at the marking threshold once the target window exceeds it
+        marked = target > transport.mark_packets * transport.segment
+        bdp = jnp.where(marked, transport.mark_packets * transport.segment, target)
     doublings = jnp.log2(jnp.maximum(bdp / transport.initial_window, 1.0))
     delay = transport.handshake_rtts * rtt + serialize + queue + transport.slow_start * rtt * doublings
-    if transport.ramp:
-        delay = delay + transport.ramp * rtt * jnp.maximum(bdp / transport.initial_window - 1.0, 0.0)
+    step = transport.regrowth * transport.segment
+    ramping = jnp.zeros(sizes.shape, bool)
+    if transport.mark_packets:
+        # the whole flow ramps: one that ends inside it is capped at its mean rate there (flows ramping side by
+        # side stay side by side, where start delays would let the first to start take the link)
+        w0 = jnp.minimum(transport.restart_window * transport.segment, target)
+        inside, lost, time = _linear_ramp(w0, target, sizes, rtt, step)
+        ramping = marked & inside
+        delay = delay + jnp.where(marked & ~inside, lost, 0.0)
+        rate_limit = jnp.minimum(rate_limit, jnp.where(ramping, sizes / jnp.where(ramping, time, 1.0), jnp.inf))
+    extra = jnp.zeros_like(sizes)
+    if transport.path_contention:
+        on_route = jnp.where(hop, contended[padded], 0.0)
+        extra = transport.path_contention * (jnp.sum(on_route, axis=1) - jnp.max(on_route, axis=1)) * sizes
+    if transport.regrowth:
+        # a flow that outlasts its competitors regrows from its share's window to its bottleneck's: the time that
+        # tail loses, as bytes at the bottleneck's rate (it is sent alone, after the shared part)
+        alone = jnp.minimum(jnp.where(ok_b, bottleneck * rtt, jnp.inf), sizes)
+        if transport.window is not None:
+            alone = jnp.minimum(alone, transport.window)
+        grows = (alone > target) & ~ramping
+        top = jnp.where(grows, alone, 2 * target)
+        inside, lost, time = _linear_ramp(target, top, sizes, rtt, step)
+        ok = rtt > 0
+        per_rtt = top / jnp.where(ok, rtt, 1.0)
+        tail = jnp.where(inside, time - sizes / per_rtt, lost)
+        extra = extra + jnp.where(grows & ok, jnp.maximum(tail, 0.0) * per_rtt, 0.0)
+    sizes = sizes + extra
     if transport.rtt_exponent:
         ok = rtt > 0
         rel = jnp.where(ok, rtt, 1.0) / jnp.max(jnp.where(ok, rtt, 1.0))
@@ -132,4 +200,22 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
     if transport.window is not None:
         ok = rtt > 0
         rate_limit = jnp.minimum(rate_limit, jnp.where(ok, transport.window / jnp.where(ok, rtt, 1.0), jnp.inf))
-    return cap, weights, rate_limit, delay
+    return sizes, cap, weights, rate_limit, delay
+
+
+def _linear_ramp(w0, target, sizes, rtt, step):
+    """A window regrowing from ``w0`` to ``target`` bytes by ``step`` bytes per RTT (float[F] each):
+    ``(inside, lost, time)``: whether the flow's ``sizes`` bytes end inside the ramp; the time a flow
+    that outlasts it loses against sending at ``target / rtt`` throughout; and the time one that ends
+    inside it takes.
+
+    After n RTTs the window is w0 + n step: the ramp lasts (target - w0) / step RTTs and sends
+    (w0 + target) / 2 bytes per RTT; a flow inside it has sent w0 n + step n^2 / 2 bytes after n.
+    """
+    ok = rtt > 0
+    rtt = jnp.where(ok, rtt, 1.0)
+    rounds = (target - w0) / step
+    inside = ok & (sizes < rounds * (w0 + target) / 2)
+    lost = jnp.where(ok, rounds * rtt * (target - w0) / (2 * target), 0.0)
+    time = rtt * (jnp.sqrt(w0 * w0 + 2 * step * sizes) - w0) / step
+    return inside, lost, time

@@ -313,7 +313,9 @@ def _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, la
                    transport=None, engine=None):
     transport = transport_profile(transport)
     engine = engine_for(engine)
-    has_caps = rate_limit is not None or (transport is not None and transport.window is not None)
+    # a window, or a marking ramp's mean rate, caps flows
+    has_caps = rate_limit is not None or (transport is not None and (transport.window is not None
+                                                                     or transport.mark_packets > 0))
     routes, capacity, weights, rate_limit = prepare(routes, capacity, weights, rate_limit, check)
     F, L = routes.shape[0], capacity.shape[0]
     dtype = capacity.dtype
@@ -328,7 +330,8 @@ def _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, la
         _checks.check_values("start_times", start_times, allow_inf=False)
         _checks.check_values("latency", latency, nonnegative=True, allow_inf=False)
     if transport is not None:  # a profile only reshapes the inputs (see kernels/_transport.py)
-        capacity, weights, rate_limit, delay = transport_inputs(transport, routes, sizes, capacity, latency, weights,
+        sizes, capacity, weights, rate_limit, delay = transport_inputs(transport, routes, sizes, capacity, latency,
+                                                                       weights,
                                                                 rate_limit)
         start_times = start_times + delay
     members = None

@@ -176,13 +176,13 @@ def _rate_limit(sub: SubFlows, latency, congestion: Congestion | None):
 
 
 def _transported(options: Options, sub: SubFlows, sizes, capacity, latency, weights, limit):
-    """``(capacity, weights, rate_limit, start delay or None)`` under the options' transport profile.
+    """``(sizes, capacity, weights, rate_limit, start delay or None)`` under the options' transport profile.
 
     The same transform as ``completion_times(..., transport=...)``, without the fluid activation
     latency, which the phase's latency term already counts.
     """
     if options.transport is None:
-        return capacity, weights, limit, None
+        return sizes, capacity, weights, limit, None
     F = sizes.shape[0]
     weights = jnp.ones(F) if weights is None else jnp.broadcast_to(weights, (F,))
     limit = jnp.full(F, jnp.inf) if limit is None else limit
@@ -405,7 +405,7 @@ def fluid_inputs(rp: RoutedPhase, capacity, latency, options: Options = EXACT, s
     sizes = sub.sizes(rp.sizes)
     limit = _rate_limit(sub, latency, options.congestion)
     starts = None if start_times is None else jnp.asarray(start_times)[sub.parent]
-    cap, weights, limit, delay = _transported(options, sub, sizes, capacity, latency, sub.weights(), limit)
+    sizes, cap, weights, limit, delay = _transported(options, sub, sizes, capacity, latency, sub.weights(), limit)
     if delay is not None:
         starts = delay if starts is None else starts + delay
     return sizes, cap, weights, limit, starts
