@@ -26,10 +26,16 @@ def test_names_resolve_and_unknown_names_list_the_known_ones():
 
 @pytest.mark.parametrize("field, value", [("goodput", 0.0), ("goodput", 1.5), ("slow_start", -1.0),
                                           ("queue_packets", np.inf), ("initial_window", 0.0), ("window", -5.0),
-                                          ("rtt_exponent", np.nan)])
+                                          ("rtt_exponent", np.nan), ("restart_window", 0.0), ("segment", -1.0),
+                                          ("contention", -0.1), ("contention_flows", 0.0), ("regrowth", np.inf)])
 def test_bad_fields_name_the_field(field, value):
     with pytest.raises(ValueError, match=f"transport.{field}: must be"):
         fm.Transport(**{field: value})
+
+
+def test_marking_needs_a_regrowth():
+    with pytest.raises(ValueError, match=r"transport.regrowth: must be > 0 segments per RTT with mark_packets"):
+        fm.Transport(mark_packets=65.0)
 
 
 def test_pure_fluid_profile_changes_nothing():
@@ -67,6 +73,82 @@ def test_each_term_in_closed_form():
     np.testing.assert_allclose(t, [lat + pkt / cap + q + (rtt + q) + size / cap], rtol=1e-12)
 
 
+SEG = 1448.0
+
+
+def _ramp_time(w0, size, rtt):
+    """Seconds to send ``size`` bytes with a window of w0 + n segments in round n (n = 0, 1, ...)."""
+    return rtt * (np.sqrt(w0 * w0 + 2 * SEG * size) - w0) / SEG
+
+
+def test_marking_ramp_in_closed_form():
+    cap, lat = 1.25e9, 5e-4
+    rtt = 2 * lat
+    tr = fm.Transport(mark_packets=65.0, restart_window=10.0, regrowth=1.0)
+    # 1 MB ends inside the ramp back to the link's 1.25 MB window: it runs at its mean rate there
+    near = fm.completion_times([[0]], [1e6], [cap], latency=[lat], transport=tr)
+    np.testing.assert_allclose(near, [lat + _ramp_time(10 * SEG, 1e6, rtt)], rtol=1e-12)
+    # 2 GB outlasts it: it loses the ramp's shortfall, (W - w0) / segment rounds at half the missing rate
+    target, w0 = cap * rtt, 10 * SEG
+    lost = (target - w0) / SEG * rtt * (target - w0) / (2 * target)
+    t = fm.completion_times([[0]], [2e9], [cap], latency=[lat], transport=tr)
+    np.testing.assert_allclose(t, [lat + lost + 2e9 / cap], rtol=1e-12)
+    # a window below the marking threshold draws no marks: no ramp
+    t = fm.completion_times([[0]], [2e9], [cap], latency=[lat], transport=tr.with_window(60 * SEG))
+    np.testing.assert_allclose(t, [lat + 2e9 / (60 * SEG / rtt)], rtol=1e-12)
+    # the ramp only adds time, and more of it the longer the link
+    t_far = fm.completion_times([[0]], [1e6], [cap], latency=[10 * lat], transport=tr)
+    assert float(t_far[0]) - 10 * lat > float(near[0]) - lat
+
+
+def test_regrowth_after_the_other_flow_ends_in_closed_form():
+    # two flows share a link: each window is half the link's; the one that outlasts the other regrows to the
+    # whole window one segment per RTT, and the bytes it loses there are sent alone at the link's rate
+    cap, lat = 1.25e9, 1e-4
+    rtt, small, big = 2 * lat, 1e6, 1e9
+    tr = fm.Transport(regrowth=1.0)
+    t = np.asarray(fm.completion_times([[0], [0]], [small, big], [cap], latency=[lat], transport=tr))
+    half, whole = cap / 2 * rtt, cap * rtt
+    lost = (whole - half) / SEG * rtt * (whole - half) / (2 * whole)
+    small_tail = _ramp_time(half, small, rtt) - small * rtt / whole
+    total = small + small_tail * cap + big + lost * cap
+    np.testing.assert_allclose(t[1], lat + total / cap, rtol=1e-12)
+    # alone on its link a flow's share is the whole window already: nothing regrows
+    t1 = fm.completion_times([[0]], [big], [cap], latency=[lat], transport=tr)
+    np.testing.assert_allclose(t1, [lat + big / cap], rtol=1e-12)
+
+
+def test_contention_divides_the_shared_capacity():
+    cap, size, n = 1e9, 1e6, 5
+    tr = fm.Transport(contention=0.2, contention_flows=4.0)
+    t = fm.completion_times(np.zeros((n, 1), int), np.full(n, size), [cap], transport=tr)
+    c = (n - 1) / (n - 1 + 4.0)
+    np.testing.assert_allclose(t, np.full(n, n * size * (1 + 0.2 * c) / cap), rtol=1e-12)
+    # unequal sizes count as fewer flows (bytes over the largest flow's): 1 + 0.5 + 0.5 = 2
+    t = np.asarray(fm.completion_times([[0], [0], [0]], [2e6, 1e6, 1e6], [cap], transport=tr))
+    np.testing.assert_allclose(t.max(), 4e6 * (1 + 0.2 * 1 / 5) / cap, rtol=1e-12)
+    # one flow alone loses nothing
+    np.testing.assert_allclose(fm.completion_times([[0]], [size], [cap], transport=tr), [size / cap], rtol=1e-12)
+
+
+def test_path_contention_only_where_no_flow_on_the_link_is_free():
+    cap, size = 1e9, 1e6
+    tr = fm.Transport(path_contention=0.5, contention_flows=1.0)
+    c2 = 0.5  # two flows: (2 - 1) / (2 - 1 + 1)
+    # four flows over a 2 x 2 grid of links (0, 1 in, 2, 3 out): every flow meets a different competitor on
+    # each of its hops, so every link's flows are all contended elsewhere
+    routes = [[0, 2], [0, 3], [1, 2], [1, 3]]
+    t = np.asarray(fm.completion_times(routes, np.full(4, size), np.full(4, cap), transport=tr))
+    np.testing.assert_allclose(t, np.full(4, 2 * size * (1 + 0.5 * c2 * c2) / cap), rtol=1e-12)
+    # two flows that cross the same two links (a ring's uplink and the next downlink) are one bottleneck
+    t = np.asarray(fm.completion_times([[0, 1], [0, 1]], [size, size], [cap, cap], transport=tr))
+    np.testing.assert_allclose(t, np.full(2, 2 * size / cap), rtol=1e-12)
+    # a parking lot: every link also carries a one-hop flow, free to take up what the long flow leaves
+    routes = [[0, 1, 2], [0, -1, -1], [1, -1, -1], [2, -1, -1]]
+    t = np.asarray(fm.completion_times(routes, np.full(4, size), np.full(3, cap), transport=tr))
+    np.testing.assert_allclose(t, np.full(4, 2 * size / cap), rtol=1e-12)
+
+
 def test_rtt_exponent_shares_a_link_by_rtt():
     # two flows on link 0; flow 1 also crosses a long link 1 of infinite capacity: RTT 4x flow 0's
     tr = fm.Transport(rtt_exponent=1.0, packet_bytes=1e-9)
@@ -85,7 +167,22 @@ def test_gradients_match_finite_differences():
     lat = np.array([2e-6, 5e-6, 1e-6])
     inc = fm.incidence(routes, 3)
     tr = dataclasses.replace(PROFILES["newreno"], window=2e5)
+    _check_gradients(routes, sizes, cap, lat, inc, tr)
 
+
+def test_gradients_match_finite_differences_through_ramps_and_contention():
+    # every term on: flows 0 and 2 ramp after marks (100 km-scale latency), flow 1 regrows, links are contended
+    routes = np.array([[0, 1], [1, 2], [0, 2], [1, -1]])
+    sizes = np.array([4e7, 2e6, 3e7, 1e6])
+    cap = np.array([1.25e9, 1.0e9, 1.5e9])
+    lat = np.array([2e-4, 5e-6, 3e-4])
+    tr = dataclasses.replace(PROFILES["dctcp"], contention=0.3, contention_flows=2.0, path_contention=0.5)
+    base = transport_inputs(tr, routes, sizes, cap, lat, jnp.ones(4), jnp.full(4, jnp.inf))
+    assert np.isfinite(np.asarray(base[3])).any() and float(jnp.max(base[0] - sizes)) > 0  # the terms act
+    _check_gradients(routes, sizes, cap, lat, fm.incidence(routes, 3), tr)
+
+
+def _check_gradients(routes, sizes, cap, lat, inc, tr):
     def f(c, la, s):
         return jnp.sum(fm.completion_times(routes, s, c, latency=la, incidence=inc, transport=tr) ** 2)
 

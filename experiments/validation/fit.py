@@ -3,7 +3,7 @@
     PYTHONPATH=. python experiments/validation/fit.py      # needs the ns-3 results run.py cached
 
 Per TCP variant, the fields of ``FITTED`` (slow start, RTT exponent, the three contention parameters;
-Cubic's regrowth per RTT; DCTCP's window after its first marks) are chosen by Nelder-Mead (SciPy),
+DCTCP's window after its first marks) are chosen by Nelder-Mead (SciPy),
 started from the shipped profile, minimising over the fit cases only the mean of
 ``makespan error ** 2 + (median per-flow error) ** 2``. The held-out cases are evaluated once with the
 result and never enter the search. Fixed by physics or by the validation setup, not fitted: goodput
@@ -26,41 +26,54 @@ from scipy.optimize import minimize  # noqa: E402
 import flowmodel as fm  # noqa: E402
 
 
-# fitted per variant; the rest of a profile is physics or the validation setup. Cubic's window does not regrow
-# linearly (its cubic curve is faster at long RTTs), so its segments per RTT are fitted; Reno's and DCTCP's are 1.
+# fitted per variant; the rest of a profile is physics or the validation setup
 _COMMON = ("slow_start", "rtt_exponent", "contention", "contention_flows", "path_contention")
-FITTED = {"newreno": _COMMON, "cubic": _COMMON + ("regrowth",), "dctcp": _COMMON + ("restart_window",)}
+FITTED = {"newreno": _COMMON, "cubic": _COMMON, "dctcp": _COMMON + ("restart_window",)}
 
 
 def loss(tr, cases, measured):
+    """Mean over cases of makespan error ** 2 + (median per-flow error / 2) ** 2: the makespan first (flows
+    under DCTCP finish in an order no fluid model predicts, and their median error is mostly that order)."""
     total = 0.0
     for c in cases:
         ours, _ = run.fluid(c, tr, timed=False)
         m, med, _, _ = run.errors(c, ours, measured[c.name][0])
-        total += m * m + med * med
+        total += m * m + (med / 2) ** 2
     return total / len(cases)
 
 
 def fit(variant, cases, measured):
-    """The shipped profile with its fitted fields re-fitted; every field stays > 0 (a log scale)."""
+    """The shipped profile with its fitted fields re-fitted, from three starts of the contention's saturation
+    (1, 4 and 16 flows); every field stays > 0 (a log scale)."""
     start = fm.transport_profile(variant)
     names = FITTED[variant]
-    x0 = np.log([max(getattr(start, n), 1e-3) for n in names])
 
     def profile(x):
         return dataclasses.replace(start, **{n: float(v) for n, v in zip(names, np.exp(x))})
 
-    res = minimize(lambda x: loss(profile(x), cases, measured), x0, method="Nelder-Mead",
-                   options=dict(xatol=1e-3, fatol=1e-6, maxfev=400 * len(names)))
-    return profile(res.x)
+    best = None
+    for flows in (1.0, 4.0, 16.0):
+        first = dataclasses.replace(start, contention_flows=flows, contention=max(start.contention, 0.1),
+                                    path_contention=max(start.path_contention, 0.1))
+        x0 = np.log([max(getattr(first, n), 1e-3) for n in names])
+        res = minimize(lambda x: loss(profile(x), cases, measured), x0, method="Nelder-Mead",
+                       options=dict(xatol=1e-3, fatol=1e-6, maxfev=250 * len(names)))
+        if best is None or res.fun < best.fun:
+            best = res
+    return profile(best.x)
 
 
-def main():
+def main(argv=None):
+    import argparse
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--variants", default=",".join(run.VARIANTS))
+    args = p.parse_args(argv)
     all_cases = run.cases_mod.all_cases()
     fit_cases = [c for c in all_cases if c.split == "fit"]
     print("fit half:", ", ".join(c.name for c in fit_cases))
     print("held half:", ", ".join(c.name for c in all_cases if c.split == "held"))
-    for variant in run.VARIANTS:
+    for variant in args.variants.split(","):
         measured = run.run_ns3(all_cases, variant)
         tr = fit(variant, fit_cases, measured)
         values = " ".join(f"{n}={getattr(tr, n):.4g}" for n in FITTED[variant])

@@ -20,10 +20,12 @@ they are:
 - contention, what packet transport loses where flows share links, from static counts of the routes:
   a link carrying n flows (n = its bytes over its largest flow's, so that a flow that ends early counts
   less) is contended ``c = (n - 1) / (n - 1 + contention_flows)``: 0 for one flow, towards 1 for many.
-  Its capacity is divided by ``1 + contention * c`` (n flows' windows and marks on one port); and a flow
-  contended on more than one hop is slowed by ``path_contention`` times the sum of its hops' c beyond
-  its most contended one, as a start delay of that share of its bytes at its static share of its
-  bottleneck (a flow limited in turn by two ports sends less than max-min gives it).
+  Its capacity is divided by ``1 + c * (contention + path_contention * e)``: n flows' windows and marks
+  on one port, and ``e``, the least over its flows of how contended each is elsewhere (the c of its most
+  contended other hop, counting there only the flows that do not also cross this link). Flows limited in
+  turn by two ports back off for reasons the other port does not see; a port loses capacity to that
+  only when no flow on it is free to take up what the others leave, and two hops that carry the same
+  flows are one bottleneck.
 - RTT-dependent sharing: weights x ``(RTT / max RTT) ** -rtt_exponent`` (loss-based TCP gives flows
   with short round trips more than their max-min share).
 - ``window``: bytes in flight per flow; the rate is capped at ``window / RTT``.
@@ -142,9 +144,11 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
     crowd = jnp.where(largest > 0, total / jnp.where(largest > 0, largest, 1.0), 1.0)
     excess = jnp.maximum(crowd - 1.0, 0.0)
     contended = excess / (excess + transport.contention_flows)  # 0 for one flow, towards 1 for many
-    cap = capacity * transport.goodput
-    if transport.contention:
-        cap = cap / (1.0 + transport.contention * contended[:L])
+    loss = transport.contention * contended
+    if transport.path_contention:
+        least = _least_contended_elsewhere(padded, hop, sizes, total, largest, transport.contention_flows, L)
+        loss = loss + transport.path_contention * contended * least
+    cap = capacity * transport.goodput / (1.0 + loss[:L])
     cap_ext = jnp.concatenate([cap, jnp.full((1,), jnp.inf, cap.dtype)])
     lat_ext = jnp.concatenate([latency, jnp.zeros((1,), latency.dtype)])
     hop_cap = cap_ext[padded]
@@ -176,9 +180,6 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
         delay = delay + jnp.where(marked & ~inside, lost, 0.0)
         rate_limit = jnp.minimum(rate_limit, jnp.where(ramping, sizes / jnp.where(ramping, time, 1.0), jnp.inf))
     extra = jnp.zeros_like(sizes)
-    if transport.path_contention:
-        on_route = jnp.where(hop, contended[padded], 0.0)
-        extra = transport.path_contention * (jnp.sum(on_route, axis=1) - jnp.max(on_route, axis=1)) * sizes
     if transport.regrowth:
         # a flow that outlasts its competitors regrows from its share's window to its bottleneck's: the time that
         # tail loses, as bytes at the bottleneck's rate (it is sent alone, after the shared part)
@@ -219,3 +220,34 @@ def _linear_ramp(w0, target, sizes, rtt, step):
     lost = jnp.where(ok, rounds * rtt * (target - w0) / (2 * target), 0.0)
     time = rtt * (jnp.sqrt(w0 * w0 + 2 * step * sizes) - w0) / step
     return inside, lost, time
+
+
+def _least_contended_elsewhere(padded, hop, sizes, total, largest, flows, L):
+    """float[L + 1]: for each link, the least over its flows of how contended each is on its other hops.
+
+    A flow's contention on hop h seen from hop l counts only the competitors on h that do not also cross
+    l: where the same flows cross both (a ring's uplink and the next leaf's downlink) they are one
+    bottleneck, not two. The bytes on both hops of each pair come from one sort of the F x H x H hop
+    pairs (lexicographic, so any link count fits in int32).
+    """
+    F, H = padded.shape
+    i, j = np.meshgrid(np.arange(H), np.arange(H), indexing="ij")
+    i, j = i.reshape(-1), j.reshape(-1)
+    pair = hop[:, i] & hop[:, j] & (i != j)[None, :]
+    a = jnp.where(pair, padded[:, i], L).reshape(-1)
+    b = jnp.where(pair, padded[:, j], L).reshape(-1)
+    order = jnp.lexsort((b, a))
+    sa, sb = a[order], b[order]
+    group = jnp.cumsum(jnp.concatenate([jnp.ones(1, jnp.int32),
+                                        ((sa[1:] != sa[:-1]) | (sb[1:] != sb[:-1])).astype(jnp.int32)])) - 1
+    weight = jnp.repeat(sizes, H * H)[order]
+    both = jax.ops.segment_sum(weight, group, num_segments=F * H * H)[group]
+    both = jnp.zeros(F * H * H, sizes.dtype).at[order].set(both).reshape(F, H * H)
+    other = padded[:, j]
+    ok = largest[other] > 0
+    distinct = jnp.where(ok, (total[other] - both) / jnp.where(ok, largest[other], 1.0), 0.0)
+    seen = jnp.where(pair, distinct / (distinct + flows), 0.0).reshape(F, H, H)
+    elsewhere = jnp.max(seen, axis=2)  # [f, i]: the most contended other hop of f, seen from its hop i
+    least = jax.ops.segment_min(jnp.where(hop, elsewhere, jnp.inf).reshape(-1), padded.reshape(-1),
+                                num_segments=L + 1)
+    return jnp.where(jnp.isfinite(least), least, 0.0)
