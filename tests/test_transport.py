@@ -118,22 +118,9 @@ def test_regrowth_after_the_other_flow_ends_in_closed_form():
     np.testing.assert_allclose(t1, [lat + big / cap], rtol=1e-12)
 
 
-def test_contention_divides_the_shared_capacity():
-    cap, size, n = 1e9, 1e6, 5
-    tr = fm.Transport(contention=0.2, contention_flows=4.0)
-    t = fm.completion_times(np.zeros((n, 1), int), np.full(n, size), [cap], transport=tr)
-    c = (n - 1) / (n - 1 + 4.0)
-    np.testing.assert_allclose(t, np.full(n, n * size * (1 + 0.2 * c) / cap), rtol=1e-12)
-    # unequal sizes count as fewer flows (bytes over the largest flow's): 1 + 0.5 + 0.5 = 2
-    t = np.asarray(fm.completion_times([[0], [0], [0]], [2e6, 1e6, 1e6], [cap], transport=tr))
-    np.testing.assert_allclose(t.max(), 4e6 * (1 + 0.2 * 1 / 5) / cap, rtol=1e-12)
-    # one flow alone loses nothing
-    np.testing.assert_allclose(fm.completion_times([[0]], [size], [cap], transport=tr), [size / cap], rtol=1e-12)
-
-
-def test_path_contention_only_where_no_flow_on_the_link_is_free():
+def test_contention_only_where_no_flow_on_the_link_is_free():
     cap, size = 1e9, 1e6
-    tr = fm.Transport(path_contention=0.5, contention_flows=1.0)
+    tr = fm.Transport(contention=0.5, contention_flows=1.0)
     c2 = 0.5  # two flows: (2 - 1) / (2 - 1 + 1)
     # four flows over a 2 x 2 grid of links (0, 1 in, 2, 3 out): every flow meets a different competitor on
     # each of its hops, so every link's flows are all contended elsewhere
@@ -176,7 +163,7 @@ def test_gradients_match_finite_differences_through_ramps_and_contention():
     sizes = np.array([4e7, 2e6, 3e7, 1e6])
     cap = np.array([1.25e9, 1.0e9, 1.5e9])
     lat = np.array([2e-4, 5e-6, 3e-4])
-    tr = dataclasses.replace(PROFILES["dctcp"], contention=0.3, contention_flows=2.0, path_contention=0.5)
+    tr = dataclasses.replace(PROFILES["dctcp"], contention=0.5, contention_flows=2.0)
     base = transport_inputs(tr, routes, sizes, cap, lat, jnp.ones(4), jnp.full(4, jnp.inf))
     assert np.isfinite(np.asarray(base[3])).any() and float(jnp.max(base[0] - sizes)) > 0  # the terms act
     _check_gradients(routes, sizes, cap, lat, fm.incidence(routes, 3), tr)

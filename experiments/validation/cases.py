@@ -3,8 +3,9 @@
 Every link is 10 Gbps (1.25e9 bytes/s) with 1 us of propagation unless a case says otherwise: packet
 simulation costs grow with the packets, so the cases keep the shapes of real collectives and fabrics
 at a rate ns-3 simulates in seconds. A case is ``fit`` (the transport profiles are fitted on it) or
-``held`` (only ever evaluated); the split alternates within each family, so that both halves hold a
-shared bottleneck, a multi-hop fabric, many-to-one traffic, a collective and a long-haul link.
+``held`` (only ever evaluated). The split is part of each case, set when the case was added and before
+any fit on it, alternating within each family so that both halves hold a shared bottleneck, a
+multi-hop Clos, many-to-one traffic, an all-to-all, a collective and a long-haul link: 8 fit, 10 held.
 """
 
 from __future__ import annotations
