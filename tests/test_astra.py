@@ -1,5 +1,7 @@
 """Importing an ASTRA-sim analytical network.yml: structure, routes, and collectives on it."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -96,6 +98,25 @@ def test_per_dimension_collectives_on_a_switch_by_ring_network_closed_form(kind,
     # the ring's groups are the NPUs that differ in dimension 1 only: 0, 8, ..., 56
     ring_phase = coll.phases[0 if kind == "all_gather" else 1]  # an all-gather comes down the dimensions
     assert ring_phase.src[:3].tolist() == [0, 8, 16] and ring_phase.dst[:3].tolist() == [8, 16, 24]
+
+
+def test_per_dimension_all_reduce_on_a_3d_network_closed_form():
+    # the repo's 3-D input (experiments/benchmarks/astra_inputs): Switch 8 x Ring 4 x Switch 2 = 64 NPUs
+    path = os.path.join(os.path.dirname(__file__), "..", "experiments", "benchmarks", "astra_inputs",
+                        "SwRingSw_8x4x2_hgx.yml")
+    spec = fb.read_astra(path)
+    net, info = fb.compile_fabric(fb.from_astra(spec))
+    router = rt.AstraRouter(info, spec)
+    S = 64 * 2**20
+    coll = tr.per_dimension("all_reduce", np.arange(64)[None], S, (8, 4, 2), ("ring",) * 3)
+    seconds = sum(float(st.phase_time(st.route_phase(ph, router), net.capacity, net.latency)) for ph in coll.phases)
+    # each dimension moves (n - 1) / n of what it sees, twice: S on the switch, S / 8 on the ring, S / 32 on the
+    # second switch; a switch step crosses two links, a ring step one
+    switch = 7 / 8 * S / 400e9 + 7 * 2 * 936.25e-9
+    ring = 3 / 4 * (S / 8) / 50e9 + 3 * 500e-9
+    top = 1 / 2 * (S / 32) / 50e9 + 1 * 2 * 500e-9
+    assert seconds == pytest.approx(2 * (switch + ring + top), rel=1e-9)
+    assert len(coll.phases) == 6
 
 
 def test_per_dimension_direct_moves_the_same_bytes_in_one_step():

@@ -7,7 +7,8 @@ Second table: the 64 MiB all_reduce on ASTRA-sim's 2-D networks (a Switch of 8 N
 32; ``hgx``: 400 GB/s / 936 ns and 50 GB/s / 500 ns, ``uni``: 50 GB/s / 500 ns both) with no system
 file (one ring over every NPU) and with ``sys_2d_ring_ring.json`` (ring per dimension: reduce-scatter
 up the dimensions, all-gather down, ``traffic.per_dimension``; 4 chunks, 10 ns endpoint delay),
-against the per-dimension closed form.
+and on the repo's 3-D input (``astra_inputs/``: Switch 8 x Ring 4 x Switch 2, the same links, a ring
+per dimension; ASTRA-sim ships no 3-D example), against the per-dimension closed form.
 
 Table: every microbenchmark (all_reduce, all_gather, reduce_scatter, all_to_all; 4/8/16 NPUs; 1 MiB) on
 ASTRA-sim's Ring and Switch networks (50 GB/s, 500 ns per link), and the 64 MiB all_reduce at 64 and
@@ -32,6 +33,7 @@ import tempfile
 import time
 
 import jax
+import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 
@@ -98,13 +100,21 @@ def per_dimension_closed_form(size, dims, bandwidths, hops, chunks=4, endpoint=1
     return total
 
 
+INPUTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "astra_inputs")
+
+
 def multi_dimensional(astra: str) -> list[dict]:
-    system = os.path.join(astra, "system", "sys_2d_ring_ring.json")
+    """ASTRA-sim's 2-D networks with its ``sys_2d_ring_ring.json``, and the repo's 3-D input
+    (``astra_inputs/``: ASTRA-sim ships none) with a ring per dimension, on the 64 / 256-NPU traces."""
+    sys_2d = os.path.join(astra, "system", "sys_2d_ring_ring.json")
+    sys_3d = os.path.join(INPUTS, "sys_3d_ring_ring_ring.json")
+    cases = [(os.path.join(astra, "network", f"{net}.yml"), dims, sys_2d)
+             for net, dims in (("SwRing_8x8_hgx", (8, 8)), ("SwRing_8x8_uni", (8, 8)), ("SwRing_8x32_hgx", (8, 32)),
+                               ("SwRing_8x32_uni", (8, 32)))]
+    cases.append((os.path.join(INPUTS, "SwRingSw_8x4x2_hgx.yml"), (8, 4, 2), sys_3d))
     rows = []
-    for net, dims in (("SwRing_8x8_hgx", (8, 8)), ("SwRing_8x8_uni", (8, 8)), ("SwRing_8x32_hgx", (8, 32)),
-                      ("SwRing_8x32_uni", (8, 32))):
-        n = dims[0] * dims[1]
-        path = os.path.join(astra, "network", f"{net}.yml")
+    for path, dims, system in cases:
+        n = int(np.prod(dims))
         spec = fb.read_astra(path)
         fabric = trace.Fabric.from_astra(path)
         prefix = os.path.join(astra, f"generated/all_reduce/{n}npus_64MB/all_reduce")
@@ -112,6 +122,7 @@ def multi_dimensional(astra: str) -> list[dict]:
         per_dim = trace.run(prefix, fabric, system=system)["makespan_s"]
         hops = [(2 if topo == "Switch" else 1) * lat * 1e-9 for topo, lat in zip(spec["topology"], spec["latency"])]
         closed = per_dimension_closed_form(64 * MiB, dims, [b * 1e9 for b in spec["bandwidth"]], hops)
+        net = os.path.splitext(os.path.basename(path))[0]
         rows.append({"case": f"all_reduce {n} 64 MiB {net}", "flat_us": flat * 1e6, "per_dimension_us": per_dim * 1e6,
                      "closed_us": closed * 1e6, "vs_closed": per_dim / closed - 1, "flat_over_per_dim": flat / per_dim})
     return rows
