@@ -169,6 +169,14 @@ def test_gradients_match_finite_differences_through_ramps_and_contention():
     _check_gradients(routes, sizes, cap, lat, fm.incidence(routes, 3), tr)
 
 
+def test_gradients_stay_finite_without_latency_or_packets():
+    # no latency and no packets: every RTT is 0, so the ramps have nothing to act on, and no NaN may leak
+    tr = dataclasses.replace(PROFILES["dctcp"], packet_bytes=0.0)
+    routes, sizes, cap = np.array([[0, 1], [1, -1]]), np.array([2e6, 1e6]), np.array([1e9, 2e9])
+    g = jax.grad(lambda c: jnp.sum(fm.completion_times(routes, sizes, c, transport=tr)))(cap)
+    assert np.all(np.isfinite(np.asarray(g))) and float(jnp.sum(jnp.abs(g))) > 0
+
+
 def _check_gradients(routes, sizes, cap, lat, inc, tr):
     def f(c, la, s):
         return jnp.sum(fm.completion_times(routes, s, c, latency=la, incidence=inc, transport=tr) ** 2)

@@ -117,33 +117,33 @@ def _clos_path(t, spine, leaf_of, a, b, rng):
     return t.path([a, la, spine[rng.integers(len(spine))], lb, b])
 
 
-def leaf_spine_permutation():
-    t, spine, leaf, hosts = leaf_spine()
+def _leaving_permutation(hosts, group_of, rng):
+    """A random permutation of ``hosts`` in which every host sends outside its group (leaf or pod)."""
+    while True:
+        perm = rng.permutation(len(hosts))
+        if all(group_of[hosts[i]] != group_of[hosts[j]] for i, j in enumerate(perm)):
+            return perm
+
+
+def _leaf_spine_permutation(name, seed, size, note, **shape):
+    t, spine, leaf, hosts = leaf_spine(**shape)
     flat = [h for hs in hosts for h in hs]
     leaf_of = {h: leaf[i] for i, hs in enumerate(hosts) for h in hs}
-    rng = np.random.default_rng(3)
-    # a permutation in which every host sends off its leaf; one random spine per flow, pinned
-    while True:
-        perm = rng.permutation(len(flat))
-        if all(leaf_of[flat[i]] != leaf_of[flat[j]] for i, j in enumerate(perm)):
-            break
+    rng = np.random.default_rng(seed)
+    perm = _leaving_permutation(flat, leaf_of, rng)  # then one random spine per flow, pinned
     paths = [_clos_path(t, spine, leaf_of, flat[i], flat[j], rng) for i, j in enumerate(perm)]
-    return t.case("leafspine_2to1", "fit", paths, [4 * MB] * len(flat),
-                  note="16 hosts, 4 leaves, 2 spines (2:1), permutation, one pinned spine per flow")
+    return t.case(name, "fit", paths, [size] * len(flat), note=note)
+
+
+def leaf_spine_permutation():
+    return _leaf_spine_permutation("leafspine_2to1", 3, 4 * MB,
+                                   "16 hosts, 4 leaves, 2 spines (2:1), permutation, one pinned spine per flow")
 
 
 def leaf_spine_4to1():
-    t, spine, leaf, hosts = leaf_spine(hosts_per_leaf=4, leaves=4, spines=1)
-    flat = [h for hs in hosts for h in hs]
-    leaf_of = {h: leaf[i] for i, hs in enumerate(hosts) for h in hs}
-    rng = np.random.default_rng(7)
-    while True:
-        perm = rng.permutation(len(flat))
-        if all(leaf_of[flat[i]] != leaf_of[flat[j]] for i, j in enumerate(perm)):
-            break
-    paths = [_clos_path(t, spine, leaf_of, flat[i], flat[j], rng) for i, j in enumerate(perm)]
-    return t.case("leafspine_4to1", "fit", paths, [2 * MB] * len(flat),
-                  note="16 hosts, 4 leaves, 1 spine (4:1), permutation: 4 flows on every leaf uplink")
+    return _leaf_spine_permutation("leafspine_4to1", 7, 2 * MB,
+                                   "16 hosts, 4 leaves, 1 spine (4:1), permutation: 4 flows on every leaf uplink",
+                                   hosts_per_leaf=4, leaves=4, spines=1)
 
 
 def clos3_permutation():
@@ -166,10 +166,7 @@ def clos3_permutation():
                 hosts.append(h)
                 pod_of[h], leaf_of[h] = pod, lf
     rng = np.random.default_rng(11)
-    while True:
-        perm = rng.permutation(len(hosts))
-        if all(pod_of[hosts[i]] != pod_of[hosts[j]] for i, j in enumerate(perm)):
-            break
+    perm = _leaving_permutation(hosts, pod_of, rng)
     paths = []
     for i, j in enumerate(perm):
         a, b = hosts[i], hosts[j]

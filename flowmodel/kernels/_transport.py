@@ -218,8 +218,10 @@ def _linear_ramp(w0, target, sizes, rtt, step):
     After n RTTs the window is w0 + n step: the ramp lasts (target - w0) / step RTTs and sends
     (w0 + target) / 2 bytes per RTT; a flow inside it has sent w0 n + step n^2 / 2 bytes after n.
     """
-    ok = rtt > 0
+    ok = (rtt > 0) & (target > 0)  # guarded, so that the branch not taken has no NaN gradient either
     rtt = jnp.where(ok, rtt, 1.0)
+    target = jnp.where(ok, target, 1.0)
+    w0 = jnp.where(ok, w0, 1.0)
     rounds = (target - w0) / step
     inside = ok & (sizes < rounds * (w0 + target) / 2)
     lost = jnp.where(ok, rounds * rtt * (target - w0) / (2 * target), 0.0)
