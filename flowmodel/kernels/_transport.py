@@ -194,8 +194,8 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
         grows = (alone > target) & ~ramping
         top = jnp.where(grows, alone, 2 * target)
         inside, lost, time = _linear_ramp(target, top, sizes, rtt, step)
-        ok = rtt > 0
-        per_rtt = top / jnp.where(ok, rtt, 1.0)
+        ok = (rtt > 0) & grows
+        per_rtt = jnp.where(ok, top / jnp.where(ok, rtt, 1.0), 1.0)
         tail = jnp.where(inside, time - sizes / per_rtt, lost)
         extra = extra + jnp.where(grows & ok, jnp.maximum(tail, 0.0) * per_rtt, 0.0)
     sizes = sizes + extra
