@@ -85,7 +85,8 @@ def test_marking_ramp_in_closed_form():
     cap, lat = 1.25e9, 5e-4
     rtt = 2 * lat
     tr = fm.Transport(mark_packets=65.0, restart_window=10.0, regrowth=1.0)
-    # 1 MB ends inside the ramp back to the link's 1.25 MB window: it runs at its mean rate there
+    # 1 MB (its own target window: smaller than the link's 1.25 MB) ends inside the ramp: it runs at its mean
+    # rate there
     near = fm.completion_times([[0]], [1e6], [cap], latency=[lat], transport=tr)
     np.testing.assert_allclose(near, [lat + _ramp_time(10 * SEG, 1e6, rtt)], rtol=1e-12)
     # 2 GB outlasts it: it loses the ramp's shortfall, (W - w0) / segment rounds at half the missing rate
@@ -101,18 +102,19 @@ def test_marking_ramp_in_closed_form():
     assert float(t_far[0]) - 10 * lat > float(near[0]) - lat
 
 
-def test_regrowth_after_the_other_flow_ends_in_closed_form():
-    # two flows share a link: each window is half the link's; the one that outlasts the other regrows to the
-    # whole window one segment per RTT, and the bytes it loses there are sent alone at the link's rate
+def test_regrowth_in_closed_form():
+    # two flows share a link: each window is half the link's; each regrows to the whole window one segment per
+    # RTT over its bytes (the static stand-in for the one that outlasts the other), and what that ramp loses
+    # is sent at the link's rate
     cap, lat = 1.25e9, 1e-4
     rtt, small, big = 2 * lat, 1e6, 1e9
     tr = fm.Transport(regrowth=1.0)
     t = np.asarray(fm.completion_times([[0], [0]], [small, big], [cap], latency=[lat], transport=tr))
     half, whole = cap / 2 * rtt, cap * rtt
-    lost = (whole - half) / SEG * rtt * (whole - half) / (2 * whole)
-    small_tail = _ramp_time(half, small, rtt) - small * rtt / whole
-    total = small + small_tail * cap + big + lost * cap
-    np.testing.assert_allclose(t[1], lat + total / cap, rtol=1e-12)
+    lost = (whole - half) / SEG * rtt * (whole - half) / (2 * whole)  # the big flow outlasts the ramp
+    small_tail = _ramp_time(half, small, rtt) - small * rtt / whole  # the small one ends inside it
+    grown_small = small + small_tail * cap
+    np.testing.assert_allclose(t, [lat + 2 * grown_small / cap, lat + (grown_small + big) / cap + lost], rtol=1e-12)
     # alone on its link a flow's share is the whole window already: nothing regrows
     t1 = fm.completion_times([[0]], [big], [cap], latency=[lat], transport=tr)
     np.testing.assert_allclose(t1, [lat + big / cap], rtol=1e-12)
@@ -158,15 +160,19 @@ def test_gradients_match_finite_differences():
 
 
 def test_gradients_match_finite_differences_through_ramps_and_contention():
-    # every term on: flows 0 and 2 ramp after marks (100 km-scale latency), flow 1 regrows, links are contended
-    routes = np.array([[0, 1], [1, 2], [0, 2], [1, -1]])
-    sizes = np.array([4e7, 2e6, 3e7, 1e6])
-    cap = np.array([1.25e9, 1.0e9, 1.5e9])
-    lat = np.array([2e-4, 5e-6, 3e-4])
+    # every term on: flows 0 and 2 ramp after marks (100 km-scale latency), flow 1 regrows, links are contended;
+    # link 3 is infinite (a link without a rate passes no NaN back)
+    routes = np.array([[0, 1, 3], [1, 2, -1], [0, 2, -1], [1, -1, -1], [2, 0, -1]])
+    sizes = np.array([4e7, 2e6, 3e7, 1e6, 5e6])
+    cap = np.array([1.25e9, 1.0e9, 1.5e9, np.inf])
+    lat = np.array([2e-4, 5e-6, 3e-4, 1e-6])
     tr = dataclasses.replace(PROFILES["dctcp"], contention=0.5, contention_flows=2.0)
-    base = transport_inputs(tr, routes, sizes, cap, lat, jnp.ones(4), jnp.full(4, jnp.inf))
-    assert np.isfinite(np.asarray(base[3])).any() and float(jnp.max(base[0] - sizes)) > 0  # the terms act
-    _check_gradients(routes, sizes, cap, lat, fm.incidence(routes, 3), tr)
+    grown, shrunk, _, capped, _ = transport_inputs(tr, routes, sizes, cap, lat, jnp.ones(5), jnp.full(5, jnp.inf))
+    assert np.isfinite(np.asarray(capped)).any() and float(jnp.max(grown - sizes)) > 0  # the ramp and regrowth act
+    # contention takes capacity from links 0 and 2, not from link 1, where flow 3 is free of other hops
+    shrunk = np.asarray(shrunk) / (cap * tr.goodput)
+    assert shrunk[0] < 1 and shrunk[2] < 1 and shrunk[1] == 1 and np.isnan(shrunk[3])
+    _check_gradients(routes, sizes, cap, lat, fm.incidence(routes, 4), tr)
 
 
 def test_gradients_stay_finite_without_latency_or_packets():
@@ -185,6 +191,9 @@ def _check_gradients(routes, sizes, cap, lat, inc, tr):
     for arg, (x, g) in enumerate(zip((cap, lat, sizes), grads)):
         assert np.all(np.isfinite(g))
         for i in range(x.shape[0]):
+            if not np.isfinite(x[i]):  # a link without a rate: no difference to take, and no sensitivity
+                assert g[i] == 0
+                continue
             h = 1e-6 * x[i]
             up, dn = x.copy(), x.copy()
             up[i] += h

@@ -153,7 +153,9 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
         excess = jnp.maximum(crowd - 1.0, 0.0)
         here = excess / (excess + transport.contention_flows)  # 0 for one flow, towards 1 for many
         elsewhere = _least_contended_elsewhere(padded, hop, sizes, total, largest, transport.contention_flows, L)
-        cap = cap / (1.0 + transport.contention * here[:L] * elsewhere[:L])
+        finite = jnp.isfinite(cap)  # an infinite link stays infinite, and passes no NaN back
+        cap = jnp.where(finite, jnp.where(finite, cap, 1.0) / (1.0 + transport.contention * here[:L] * elsewhere[:L]),
+                        cap)
     cap_ext = jnp.concatenate([cap, jnp.full((1,), jnp.inf, cap.dtype)])
     lat_ext = jnp.concatenate([latency, jnp.zeros((1,), latency.dtype)])
     hop_cap = cap_ext[padded]
@@ -164,8 +166,10 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
     queue = jnp.where(ok_b, transport.queue_packets * transport.packet_bytes / jnp.where(ok_b, bottleneck, 1.0), 0.0)
     rtt = 2 * jnp.sum(lat_ext[padded], axis=1) + serialize + queue
     flows_on = link_sums(padded, jnp.ones(routes.shape[0], cap.dtype), L + 1)
-    share = jnp.min(cap_ext[padded] / jnp.maximum(flows_on[padded], 1.0), axis=1)
-    bdp = jnp.minimum(jnp.where(jnp.isfinite(share), share * rtt, jnp.inf), jnp.asarray(sizes, cap.dtype))
+    hop_share = cap_ext[padded] / jnp.maximum(flows_on[padded], 1.0)
+    share = jnp.min(hop_share, axis=1)
+    ok_s = jnp.isfinite(share)
+    bdp = jnp.minimum(jnp.where(ok_s, jnp.where(ok_s, share, 0.0) * rtt, jnp.inf), sizes)
     if transport.window is not None:
         bdp = jnp.minimum(bdp, transport.window)
     target = bdp
@@ -184,11 +188,16 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
         ramping = marked & inside
         delay = delay + jnp.where(marked & ~inside, lost, 0.0)
         rate_limit = jnp.minimum(rate_limit, jnp.where(ramping, sizes / jnp.where(ramping, time, 1.0), jnp.inf))
+    if transport.rtt_exponent:
+        ok = rtt > 0
+        rel = jnp.where(ok, rtt, 1.0) / jnp.max(jnp.where(ok, rtt, 1.0))
+        weights = weights * jnp.where(ok, rel ** -transport.rtt_exponent, 1.0)
     extra = jnp.zeros_like(sizes)
     if transport.regrowth:
-        # a flow that outlasts its competitors regrows from its share's window to its bottleneck's: the time that
-        # tail loses, as bytes at the bottleneck's rate (it is sent alone, after the shared part)
-        alone = jnp.minimum(jnp.where(ok_b, bottleneck * rtt, jnp.inf), sizes)
+        # a flow whose share's window is below its bottleneck's regrows to it, one segment per RTT, over its bytes:
+        # that ramp's lost time, as bytes at the link's rate. A static stand-in for the flow that outlasts its
+        # competitors (or regains a window cut by marks or losses): it also charges flows that end together
+        alone = jnp.minimum(jnp.where(ok_b, jnp.where(ok_b, bottleneck, 0.0) * rtt, jnp.inf), sizes)
         if transport.window is not None:
             alone = jnp.minimum(alone, transport.window)
         grows = (alone > target) & ~ramping
@@ -197,12 +206,8 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
         ok = (rtt > 0) & grows
         per_rtt = jnp.where(ok, top / jnp.where(ok, rtt, 1.0), 1.0)
         tail = jnp.where(inside, time - sizes / per_rtt, lost)
-        extra = extra + jnp.where(grows & ok, jnp.maximum(tail, 0.0) * per_rtt, 0.0)
+        extra = extra + jnp.where(ok, jnp.maximum(tail, 0.0) * per_rtt, 0.0)
     sizes = sizes + extra
-    if transport.rtt_exponent:
-        ok = rtt > 0
-        rel = jnp.where(ok, rtt, 1.0) / jnp.max(jnp.where(ok, rtt, 1.0))
-        weights = weights * jnp.where(ok, rel ** -transport.rtt_exponent, 1.0)
     if transport.window is not None:
         ok = rtt > 0
         rate_limit = jnp.minimum(rate_limit, jnp.where(ok, transport.window / jnp.where(ok, rtt, 1.0), jnp.inf))
@@ -258,3 +263,4 @@ def _least_contended_elsewhere(padded, hop, sizes, total, largest, flows, L):
     least = jax.ops.segment_min(jnp.where(hop, elsewhere, jnp.inf).reshape(-1), padded.reshape(-1),
                                 num_segments=L + 1)
     return jnp.where(jnp.isfinite(least), least, 0.0)
+
