@@ -3,8 +3,9 @@
     PYTHONPATH=. python experiments/validation/fit.py      # needs the ns-3 results run.py cached
 
 Per TCP variant, the fields of ``FITTED`` (NewReno's and Cubic's slow start, every variant's RTT
-exponent and its two contention constants) are chosen by Nelder-Mead (SciPy),
-started from the shipped profile, minimising over the fit cases only the mean of
+exponent and its two contention constants) are chosen by Nelder-Mead (SciPy), from three starts (the
+shipped profile with the contention's saturation at 1, 4 and 16 flows), minimising over the fit cases
+only the mean of
 ``makespan error ** 2 + (median per-flow error / 2) ** 2``. The held-out cases are evaluated once with the
 result and never enter the search. Fixed by physics or by the validation setup, not fitted: goodput
 1448/1502 (payload per PPP frame), one RTT of handshake, one packet of store-and-forward per hop, the

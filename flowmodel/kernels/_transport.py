@@ -15,8 +15,13 @@ they are:
   packets the first marks come in slow start and cut the window back to ``restart_window`` segments
   (DCTCP's alpha starts at 1: every marked window halves). It regrows one segment per RTT, congestion
   avoidance's additive increase, so the ramp back to a target window of W segments lasts W - w0 RTTs.
-  The delay is the closed form of that linear ramp: the time it loses against the full rate, or, for a
-  flow that ends inside the ramp, the time it takes to send its bytes there.
+  The closed form of that linear ramp gives a start delay (the time it loses against the full rate) or,
+  for a flow that ends inside the ramp, a rate cap at its mean rate there.
+- regrowth (``regrowth`` segments per RTT, 1 for every named profile): a flow whose share's window is
+  below its bottleneck's window regrows to it, and the time that ramp loses is added to its bytes
+  (``sizes`` grow), sent at the bottleneck's rate. It stands in, statically, for the flow that outlasts
+  its competitors, or regains a window cut by marks or losses; it also charges flows that end together
+  (two 1 GB flows on one link at 1 ms RTT: +13%).
 - contention, what packet transport loses where flows limited by two ports share links, from static
   counts of the routes: a link carrying n flows (n = its bytes over its largest flow's, so that a flow
   that ends early counts less) is contended ``c = (n - 1) / (n - 1 + contention_flows)``: 0 for one
@@ -38,7 +43,8 @@ flows crossing it (a static count: no rates are solved to set the inputs).
 The named profiles (``PROFILES``) were fitted against ns-3 3.44 on the fit half of the validation
 cases of ``experiments/validation`` and checked on the held-out half; ``experiments/validation/fit.py``
 prints the fit and README's "How accurate is it" the errors. Every term is a smooth function of the
-continuous inputs (capacity, latency, sizes, weights), so gradients pass through a profile.
+continuous inputs (capacity, latency, sizes, weights) except where a case changes (a target window
+crossing the marking threshold, a flow ending inside a ramp), so gradients pass through a profile.
 """
 
 from __future__ import annotations

@@ -368,8 +368,9 @@ def completion_times(
         argument or a constant) to keep the sparse, resumable solve.
       check: validate concrete inputs (``ValueError`` naming the argument, index and value).
       transport: None (pure fluid), a profile name (``"tcp"``/``"newreno"``, ``"cubic"``, ``"dctcp"``:
-        fitted against ns-3) or a ``Transport``: header goodput on capacity, a start delay (handshake,
-        slow start, queueing), RTT-dependent weights and a window cap (``kernels/_transport.py``).
+        fitted against ns-3) or a ``Transport``: header goodput and contention on capacity, a start
+        delay (handshake, slow start, queueing, DCTCP's marking ramp), regrowth bytes, RTT-dependent
+        weights and window caps (``kernels/_transport.py``).
       engine: an :class:`Engine` or its name: ``"host"`` (the compiled CPU event loop, through a
         callback; batched under ``vmap``), ``"xla"`` (the JAX event loop, for accelerators) or None /
         ``"auto"`` (host on a CPU backend, else xla), as in ``maxmin_rates``. Both give the same
