@@ -148,14 +148,14 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
     L = capacity.shape[0]
     padded = pad_routes(routes, L)
     sizes = jnp.asarray(sizes, capacity.dtype)
-    # contended flows per link: its bytes over its largest flow's (a flow that ends early counts less)
-    hop = padded < L
-    largest = jax.ops.segment_max(jnp.where(hop, sizes[:, None], 0.0).reshape(-1), padded.reshape(-1),
-                                  num_segments=L + 1)
-    total = link_sums(padded, sizes, L + 1)
-    crowd = jnp.where(largest > 0, total / jnp.where(largest > 0, largest, 1.0), 1.0)
     cap = capacity * transport.goodput
     if transport.contention:
+        # contended flows per link: its bytes over its largest flow's (a flow that ends early counts less)
+        hop = padded < L
+        largest = jax.ops.segment_max(jnp.where(hop, sizes[:, None], 0.0).reshape(-1), padded.reshape(-1),
+                                      num_segments=L + 1)
+        total = link_sums(padded, sizes, L + 1)
+        crowd = jnp.where(largest > 0, total / jnp.where(largest > 0, largest, 1.0), 1.0)
         excess = jnp.maximum(crowd - 1.0, 0.0)
         here = excess / (excess + transport.contention_flows)  # 0 for one flow, towards 1 for many
         elsewhere = _least_contended_elsewhere(padded, hop, sizes, total, largest, transport.contention_flows, L)
@@ -172,8 +172,7 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
     queue = jnp.where(ok_b, transport.queue_packets * transport.packet_bytes / jnp.where(ok_b, bottleneck, 1.0), 0.0)
     rtt = 2 * jnp.sum(lat_ext[padded], axis=1) + serialize + queue
     flows_on = link_sums(padded, jnp.ones(routes.shape[0], cap.dtype), L + 1)
-    hop_share = cap_ext[padded] / jnp.maximum(flows_on[padded], 1.0)
-    share = jnp.min(hop_share, axis=1)
+    share = jnp.min(hop_cap / jnp.maximum(flows_on[padded], 1.0), axis=1)
     ok_s = jnp.isfinite(share)
     bdp = jnp.minimum(jnp.where(ok_s, jnp.where(ok_s, share, 0.0) * rtt, jnp.inf), sizes)
     if transport.window is not None:
@@ -198,7 +197,6 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
         ok = rtt > 0
         rel = jnp.where(ok, rtt, 1.0) / jnp.max(jnp.where(ok, rtt, 1.0))
         weights = weights * jnp.where(ok, rel ** -transport.rtt_exponent, 1.0)
-    extra = jnp.zeros_like(sizes)
     if transport.regrowth:
         # a flow whose share's window is below its bottleneck's regrows to it, one segment per RTT, over its bytes:
         # that ramp's lost time, as bytes at the link's rate. A static stand-in for the flow that outlasts its
@@ -212,8 +210,7 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
         ok = (rtt > 0) & grows
         per_rtt = jnp.where(ok, top / jnp.where(ok, rtt, 1.0), 1.0)
         tail = jnp.where(inside, time - sizes / per_rtt, lost)
-        extra = extra + jnp.where(ok, jnp.maximum(tail, 0.0) * per_rtt, 0.0)
-    sizes = sizes + extra
+        sizes = sizes + jnp.where(ok, jnp.maximum(tail, 0.0) * per_rtt, 0.0)
     if transport.window is not None:
         ok = rtt > 0
         rate_limit = jnp.minimum(rate_limit, jnp.where(ok, transport.window / jnp.where(ok, rtt, 1.0), jnp.inf))
