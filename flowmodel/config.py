@@ -583,6 +583,11 @@ OPTIONS = Section({  # YAML `model` -> Options; window and the queue shape -> Op
                            "collectives run the protocol NCCL 2.22.3's tuning model picks for their size: LL, LL128 "
                            "or Simple, with its bandwidth share and latency; the DP reductions pay Simple's latency "
                            "at the fluid rate; step_latency must then be 0)"),
+    "nccl_latency_scale": Key("float", "with protocol nccl: what the chosen protocol's latency costs, as a multiple of "
+                                       "the tuning model's (its choice is unchanged; 0.86 fitted on 8x NVLink4 "
+                                       "nccl-tests)"),
+    "nccl_floor": Key("time", "with protocol nccl: the least a collective call costs (launch and completion; "
+                              "18.5 us fitted on 8x NVLink4 nccl-tests)"),
     "engine": Key("str", "kernels of the exact model: auto (host on a CPU backend, else xla), host, xla", "auto"),
 }, target=Options, convert=_options)
 RENAMED = {"model.alpha": "model.step_latency"}  # old key -> new key: a clear error, never ignored

@@ -131,6 +131,8 @@ WALK = {
         "fleet_tolerance": "one training job: the coupling between jobs needs a second one (tests/test_coupling.py)",
         "transport": ({}, None, "dctcp", "step"),
         "protocol": ({}, "simple", "nccl", "step"),
+        "nccl_latency_scale": ({f"{MODEL}.protocol": "nccl"}, 1.0, 0.5, "step"),
+        "nccl_floor": ({f"{MODEL}.protocol": "nccl"}, 0.0, "1ms", "step"),
         "engine": "where the kernels run, never the numbers: host and xla agree to 1e-12 (tests/test_engine_paths.py)",
     },
     JOB: {

@@ -109,6 +109,11 @@ class Options:
         steps that cross nodes). The DP reductions (one merged phase, GB-sized) pay the Simple
         protocol's latency at the fluid rate (a tree's 0.92 bandwidth share is not applied). NCCL's
         latencies hold the software per-step latency, so ``step_latency`` must be 0.
+      nccl_latency_scale, nccl_floor: the calibration of what NCCL's chosen protocol costs (its choice
+        stays NCCL's own estimate): the tuning model's latency constants x the scale, and no
+        collective call under the floor (s); 1 and 0 take the tuning model as it stands. Fitted on
+        the 8x NVLink4 nccl-tests table (experiments/validation/nccl_anchors.py): 0.86 and 18.5 us.
+        Only with ``protocol: nccl``.
     """
 
     rates: str = "exact"
@@ -120,6 +125,8 @@ class Options:
     transport: Transport | None = None
     engine: Engine = Engine.AUTO
     protocol: str = "simple"
+    nccl_latency_scale: float = 1.0
+    nccl_floor: float = 0.0
 
     def __post_init__(self):
         try:
@@ -132,6 +139,14 @@ class Options:
         if self.protocol == "nccl" and self.step_latency:
             raise ValueError(f"options.step_latency: NCCL's protocol latencies already hold the per-step software "
                              f"latency; set it to 0 with protocol nccl, got {self.step_latency!r}")
+        for name, minimum, strict in (("nccl_latency_scale", 0.0, True), ("nccl_floor", 0.0, False)):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value)
+                    and (value > minimum if strict else value >= minimum)):
+                raise ValueError(f"options.{name}: must be {'>' if strict else '>='} 0 and finite, got {value!r}")
+        if self.protocol != "nccl" and (self.nccl_latency_scale != 1.0 or self.nccl_floor != 0.0):
+            raise ValueError(f"options.nccl_latency_scale / nccl_floor: calibrate protocol nccl only; protocol is "
+                             f"{self.protocol!r} (got {self.nccl_latency_scale!r}, {self.nccl_floor!r})")
         if self.rates not in RATES:
             raise ValueError(f"options.rates: must be one of {', '.join(RATES)}, got {self.rates!r}")
         if not (isinstance(self.sharpness, (int, float)) and np.isfinite(self.sharpness) and self.sharpness > 0):
@@ -209,10 +224,12 @@ def _hop_latency(sub: SubFlows, sizes, capacity, latency, bandwidth_time, conges
 
 
 def nccl_models(rp: RoutedPhase, options: Options) -> tuple[ProtocolModel, ...] | None:
-    """The NCCL protocol model of each of the phase's collectives where ``protocol: nccl`` applies."""
+    """The NCCL protocol model of each of the phase's collectives where ``protocol: nccl`` applies,
+    with the options' calibration."""
     if options.protocol != "nccl" or rp.nccl is None:
         return None
-    return rp.nccl if isinstance(rp.nccl, tuple) else (rp.nccl,)
+    models = rp.nccl if isinstance(rp.nccl, tuple) else (rp.nccl,)
+    return tuple(m.calibrated(options.nccl_latency_scale, options.nccl_floor) for m in models)
 
 
 def _latency_terms(rp: RoutedPhase, hops, options: Options, collective_of_flow, collective_steps):
@@ -237,15 +254,20 @@ def _latency_terms(rp: RoutedPhase, hops, options: Options, collective_of_flow, 
 
 def nccl_time(model: ProtocolModel, bandwidth, inter):
     """NCCL's time for a collective whose Simple-protocol (fluid) bandwidth time is ``bandwidth`` and
-    whose longest route has latency ``inter``: the cheapest protocol's latency (NCCL's hardware
-    latencies hold the scale-up hop; the route's latency counts as NCCL's network latency, on the
-    steps that cross nodes) plus the bandwidth time at its bus bandwidth ``min(factor x bw, cap)``
-    (``traffic.ProtocolModel``). Differentiable (a min of smooth terms)."""
-    best = None
-    for _, latency, factor, cap, per_inter in model.costs:
-        t = latency + per_inter * inter + jnp.maximum(bandwidth / factor, model.size / (cap * model.ratio))
-        best = t if best is None else jnp.minimum(best, t)
-    return best
+    whose longest route has latency ``inter``. NCCL picks the protocol its own estimate makes
+    cheapest (``ProtocolModel.seconds``: its latency, NCCL's hardware latencies holding the scale-up
+    hop and the route's latency counting as NCCL's network latency on the steps that cross nodes,
+    plus the bandwidth time at its bus bandwidth ``min(factor x bw, cap)``); that protocol then costs
+    its calibrated latency (``ProtocolModel.latency``) plus the same bandwidth time, and no less than
+    the model's floor. Differentiable in ``bandwidth`` and ``inter`` through the chosen protocol (the
+    choice itself is piecewise constant)."""
+    estimate, cost = [], []
+    for p, latency, factor, cap, per_inter in model.costs:
+        transfer = jnp.maximum(bandwidth / factor, model.size / (cap * model.ratio))
+        estimate.append(latency + per_inter * inter + transfer)
+        cost.append(model.latency(p, inter) + transfer)
+    chosen = jnp.argmin(jax.lax.stop_gradient(jnp.stack(estimate)))
+    return jnp.maximum(jnp.stack(cost)[chosen], model.floor)
 
 
 def domain_of(info: FabricInfo, routes: np.ndarray) -> str:
@@ -436,7 +458,7 @@ def phase_time(rp: RoutedPhase, capacity, latency, options: Options = EXACT, *, 
     busy = bandwidth - (0.0 if starts is None else jnp.min(starts))
     hop = _hop_latency(sub, sizes, capacity, latency, busy, options.congestion)
     if options.protocol == "nccl" and isinstance(rp.nccl, ProtocolModel):
-        return bandwidth - busy + nccl_time(rp.nccl, busy, hop)
+        return bandwidth - busy + nccl_time(nccl_models(rp, options)[0], busy, hop)
     return bandwidth + rp.steps * (hop + options.step_latency)
 
 

@@ -72,23 +72,42 @@ class ProtocolModel:
     ``p`` runs at bus bandwidth ``min(factor_p x bw, cap_p)`` and pays ``latency_p + per_inter_p x
     inter``; ``time_p = that + size / (busbw_p x ratio)``, ``ratio`` = algbw / busbw.
 
-    ``costs``: ``(protocol, latency s, factor, cap bytes/s, per_inter)`` for LL, LL128 and Simple."""
+    ``costs``: ``(protocol, latency s, factor, cap bytes/s, per_inter)`` for LL, LL128 and Simple.
+
+    NCCL picks the protocol with its own estimate (:meth:`seconds`). What the chosen protocol then
+    costs (:meth:`latency`, ``steptime.nccl_time``) may be calibrated on measurements: the tuning
+    model's latency constants x ``latency_scale`` (they are a selection heuristic, not a timing: on
+    NVLink4 the measured intercepts are 0.8-1.0 of them), and no call below ``floor`` seconds
+    (the measured per-call minimum: launch and completion of the kernel). 1 and 0: the tuning model
+    as it stands."""
 
     size: float
     ratio: float
     costs: tuple[tuple[str, float, float, float, float], ...]
+    latency_scale: float = 1.0
+    floor: float = 0.0
+
+    def __post_init__(self):
+        check_number("nccl.latency_scale", self.latency_scale, strict=True)
+        check_number("nccl.floor", self.floor)
 
     def latency(self, protocol: str, inter: float = 0.0) -> float:
-        """Seconds ``protocol`` pays besides the bandwidth term, on a network path of latency ``inter``."""
-        return {p: lat + per_inter * inter for p, lat, _, _, per_inter in self.costs}[protocol]
+        """Seconds ``protocol`` pays besides the bandwidth term, on a network path of latency ``inter``
+        (the calibrated cost: the tuning model's constant x ``latency_scale``; the path is physical)."""
+        return {p: self.latency_scale * lat + per_inter * inter for p, lat, _, _, per_inter in self.costs}[protocol]
 
     def seconds(self, bw: float, inter: float = 0.0) -> dict[str, tuple[float, float, float]]:
-        """protocol -> (latency s, bus bandwidth bytes/s, time s) at Simple bus bandwidth ``bw``."""
+        """protocol -> (latency s, bus bandwidth bytes/s, time s) at Simple bus bandwidth ``bw``: NCCL's
+        own estimate, the one its choice is made on (uncalibrated)."""
         out = {}
         for p, latency, factor, cap, per_inter in self.costs:
             busbw, latency = min(factor * bw, cap), latency + per_inter * inter
             out[p] = (latency, busbw, latency + self.size / (busbw * self.ratio))
         return out
+
+    def calibrated(self, latency_scale: float, floor: float) -> ProtocolModel:
+        """The same model with the measured calibration (see the class)."""
+        return dataclasses.replace(self, latency_scale=float(latency_scale), floor=float(floor))
 
 
 def protocol_model(kind: str, size: float, n: int, *, nodes: int = 1, algorithm: str = "ring", channels: int = 16,
