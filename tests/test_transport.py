@@ -27,7 +27,8 @@ def test_names_resolve_and_unknown_names_list_the_known_ones():
 @pytest.mark.parametrize("field, value", [("goodput", 0.0), ("goodput", 1.5), ("slow_start", -1.0),
                                           ("queue_packets", np.inf), ("initial_window", 0.0), ("window", -5.0),
                                           ("rtt_exponent", np.nan), ("restart_window", 0.0), ("segment", -1.0),
-                                          ("contention", -0.1), ("contention_flows", 0.0), ("regrowth", np.inf)])
+                                          ("contention", -0.1), ("contention_flows", 0.0), ("regrowth", np.inf),
+                                          ("hop_exponent", -1.0)])
 def test_bad_fields_name_the_field(field, value):
     with pytest.raises(ValueError, match=f"transport.{field}: must be"):
         fm.Transport(**{field: value})
@@ -136,6 +137,37 @@ def test_contention_only_where_no_flow_on_the_link_is_free():
     routes = [[0, 1, 2], [0, -1, -1], [1, -1, -1], [2, -1, -1]]
     t = np.asarray(fm.completion_times(routes, np.full(4, size), np.full(3, cap), transport=tr))
     np.testing.assert_allclose(t, np.full(4, 2 * size / cap), rtol=1e-12)
+
+
+def test_a_flow_across_several_bottlenecks_gets_less_than_its_max_min_share():
+    # a parking lot: the 3-hop flow meets a one-hop flow on every link. Max-min gives it half of each link;
+    # with m = 3 bottlenecks its weight is 3 ** -hop_exponent: 1/10 of each link at exponent 2 (DCTCP's
+    # 1 + 1), 1 / (1 + 3 ** 1.5) at 1.5 (Reno's and Cubic's 1 + 1/2)
+    cap = jnp.full(3, 10.0)
+    routes = jnp.array([[0, 1, 2], [0, -1, -1], [1, -1, -1], [2, -1, -1]])
+    for exponent in (2.0, 1.5):
+        tr = fm.Transport(hop_exponent=exponent)
+        _, _, w, _, _ = transport_inputs(tr, routes, jnp.ones(4), cap, jnp.zeros(3), jnp.ones(4), jnp.full(4, jnp.inf))
+        np.testing.assert_allclose(w, [3.0 ** -exponent, 1, 1, 1], rtol=1e-9)
+        rates = fm.maxmin_rates(routes, cap, weights=w)
+        long = 10.0 / (1 + 3.0 ** exponent)
+        np.testing.assert_allclose(rates, [long, 10 - long, 10 - long, 10 - long], rtol=1e-9)
+    # only hops as tight as the flow's tightest count: a hop at twice the fair share adds 2 ** -16, an
+    # infinite one nothing; the long flow's third link is now 4x wider, so it has 2 bottlenecks
+    tr = fm.Transport(hop_exponent=2.0)
+    wide = jnp.array([10.0, 10.0, 40.0, jnp.inf])
+    routes = jnp.array([[0, 1, 2, 3], [0, -1, -1, -1], [1, -1, -1, -1], [2, -1, -1, -1]])
+    _, _, w, _, _ = transport_inputs(tr, routes, jnp.ones(4), wide, jnp.zeros(4), jnp.ones(4), jnp.full(4, jnp.inf))
+    np.testing.assert_allclose(w[0], (2 + 0.25 ** 16) ** -2.0, rtol=1e-12)
+    np.testing.assert_allclose(w[1:], 1.0)
+    # a flow alone on two equal links counts both (a lone TCP flow queues at its bottleneck too), which only
+    # ever weighs it against competitors it does not have; a flow on an infinite link alone keeps its weight
+    _, _, w, _, _ = transport_inputs(tr, jnp.array([[0, 1], [3, -1]]), jnp.ones(2), wide, jnp.zeros(4), jnp.ones(2),
+                                     jnp.full(2, jnp.inf))
+    np.testing.assert_allclose(w, [0.25, 1.0])
+    g = jax.grad(lambda c: transport_inputs(tr, jnp.array([[3, -1], [3, 0]]), jnp.ones(2), c, jnp.zeros(4),
+                                            jnp.ones(2), jnp.full(2, jnp.inf))[2].sum())(wide)
+    assert np.all(np.isfinite(np.asarray(g)))
 
 
 def test_rtt_exponent_shares_a_link_by_rtt():
