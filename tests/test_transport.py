@@ -160,11 +160,18 @@ def test_a_flow_across_several_bottlenecks_gets_less_than_its_max_min_share():
     _, _, w, _, _ = transport_inputs(tr, routes, jnp.ones(4), wide, jnp.zeros(4), jnp.ones(4), jnp.full(4, jnp.inf))
     np.testing.assert_allclose(w[0], (2 + 0.25 ** 16) ** -2.0, rtol=1e-12)
     np.testing.assert_allclose(w[1:], 1.0)
-    # a flow alone on two equal links counts both (a lone TCP flow queues at its bottleneck too), which only
-    # ever weighs it against competitors it does not have; a flow on an infinite link alone keeps its weight
+    # a hop the flow has to itself holds no queue of competitors: a flow alone on two equal links keeps its
+    # weight, and so does one on an infinite link
     _, _, w, _, _ = transport_inputs(tr, jnp.array([[0, 1], [3, -1]]), jnp.ones(2), wide, jnp.zeros(4), jnp.ones(2),
                                      jnp.full(2, jnp.inf))
-    np.testing.assert_allclose(w, [0.25, 1.0])
+    np.testing.assert_allclose(w, [1.0, 1.0])
+    # F alone on a 10 G NIC (link 0), then a 20 G link (2) shared with G, whose NIC (1) is 40 G: the shared
+    # link is each flow's one bottleneck, so max-min's 10 / 10 stands (counting F's NIC would give 4 / 16)
+    nic = jnp.array([10.0, 40.0, 20.0])
+    routes = jnp.array([[0, 2], [1, 2]])
+    _, _, w, _, _ = transport_inputs(tr, routes, jnp.ones(2), nic, jnp.zeros(3), jnp.ones(2), jnp.full(2, jnp.inf))
+    np.testing.assert_allclose(w, [1.0, 1.0])
+    np.testing.assert_allclose(fm.maxmin_rates(routes, nic, weights=w), [10.0, 10.0], rtol=1e-9)
     g = jax.grad(lambda c: transport_inputs(tr, jnp.array([[3, -1], [3, 0]]), jnp.ones(2), c, jnp.zeros(4),
                                             jnp.ones(2), jnp.full(2, jnp.inf))[2].sum())(wide)
     assert np.all(np.isfinite(np.asarray(g)))

@@ -149,7 +149,8 @@ def calibrate_protocols(rows=data.NVLINK4_8GPU_ALL_REDUCE, fit_rows=data.FIT_ROW
     n = len(ranks)
     line = _busbw(network, info, ranks, "all_reduce")  # flowmodel's ring at line rate (the fluid model)
     fit = list(fit_rows)
-    if not fit or min(fit) < 0 or max(fit) >= len(rows):
+    if (not fit or not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in fit)
+            or min(fit) < 0 or max(fit) >= len(rows)):
         raise ValueError(f"fit_rows: must index rows 0..{len(rows) - 1}, got {fit_rows!r}")
     measured = np.array([r[1] * 1e-6 for r in rows])
     models = [tr.protocol_model("all_reduce", r[0], n) for r in rows]

@@ -113,7 +113,8 @@ class Options:
         stays NCCL's own estimate): the tuning model's latency constants x the scale, and no
         collective call under the floor (s); 1 and 0 take the tuning model as it stands. Fitted on
         the 8x NVLink4 nccl-tests table (experiments/validation/nccl_anchors.py): 0.86 and 18.5 us.
-        Only with ``protocol: nccl``.
+        Only with ``protocol: nccl``. The merged DP reductions (GB-sized, far above any floor) take
+        the scale on Simple's latency and no floor.
     """
 
     rates: str = "exact"
@@ -252,7 +253,7 @@ def _latency_terms(rp: RoutedPhase, hops, options: Options, collective_of_flow, 
     return jnp.stack([m.latency("Simple", longest[c]) for c, m in enumerate(models)])[which]
 
 
-def nccl_time(model: ProtocolModel, bandwidth, inter):
+def nccl_time(model: ProtocolModel, bandwidth, inter, *, bound: bool = False):
     """NCCL's time for a collective whose Simple-protocol (fluid) bandwidth time is ``bandwidth`` and
     whose longest route has latency ``inter``. NCCL picks the protocol its own estimate makes
     cheapest (``ProtocolModel.seconds``: its latency, NCCL's hardware latencies holding the scale-up
@@ -260,13 +261,16 @@ def nccl_time(model: ProtocolModel, bandwidth, inter):
     plus the bandwidth time at its bus bandwidth ``min(factor x bw, cap)``); that protocol then costs
     its calibrated latency (``ProtocolModel.latency``) plus the same bandwidth time, and no less than
     the model's floor. Differentiable in ``bandwidth`` and ``inter`` through the chosen protocol (the
-    choice itself is piecewise constant)."""
+    choice itself is piecewise constant). With a calibration (scale != 1) the time steps where NCCL
+    switches protocol, as NCCL's own does where its estimate is off: a switch can even make a slower
+    network faster. ``bound``: the least cost over the protocols instead, which no choice at this or
+    any lower bandwidth time can beat (what a lower bound must be)."""
     estimate, cost = [], []
     for p, latency, factor, cap, per_inter in model.costs:
         transfer = jnp.maximum(bandwidth / factor, model.size / (cap * model.ratio))
         estimate.append(latency + per_inter * inter + transfer)
         cost.append(model.latency(p, inter) + transfer)
-    chosen = jnp.argmin(jax.lax.stop_gradient(jnp.stack(estimate)))
+    chosen = jnp.argmin(jax.lax.stop_gradient(jnp.stack(cost if bound else estimate)))
     return jnp.maximum(jnp.stack(cost)[chosen], model.floor)
 
 

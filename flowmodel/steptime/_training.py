@@ -467,8 +467,9 @@ def _bound(ph: RoutedPhase, capacity, latency, step_latency, *, sub_mask=None, s
            nccl: ProtocolModel | None = None):
     """Bandwidth bound (max over links of bytes / capacity) plus the latency term of the phase, or of
     the sub-flows in ``sub_mask`` with ``steps`` steps (one collective of a merged phase); with
-    ``nccl`` (``protocol: nccl``) the bound as the phase is timed: NCCL's cheapest protocol at the
-    bound's bus bandwidth, or, for one collective of a merged phase, the Simple protocol's latency."""
+    ``nccl`` (``protocol: nccl``) the bound as the phase is timed: the cheapest protocol's cost at the
+    bound's bus bandwidth (the least of them, so that a calibrated cost stays a bound wherever NCCL's choice
+    switches), or, for one collective of a merged phase, the Simple protocol's latency."""
     if ph.sub is None:
         return 0.0
     capacity, latency = extended(ph, capacity, latency)
@@ -480,7 +481,7 @@ def _bound(ph: RoutedPhase, capacity, latency, step_latency, *, sub_mask=None, s
     bandwidth = scheduled_bound(routes, sizes, capacity)
     if nccl is None:
         return bandwidth + steps * (hop + step_latency)
-    return nccl_time(nccl, bandwidth, hop) if sub_mask is None else bandwidth + nccl.latency("Simple", hop)
+    return nccl_time(nccl, bandwidth, hop, bound=True) if sub_mask is None else bandwidth + nccl.latency("Simple", hop)
 
 
 phase_bound = _bound  # the name other step models (recommendation) import
