@@ -153,18 +153,17 @@ def calibrate_protocols(rows=data.NVLINK4_8GPU_ALL_REDUCE, fit_rows=data.FIT_ROW
             or min(fit) < 0 or max(fit) >= len(rows)):
         raise ValueError(f"fit_rows: must index rows 0..{len(rows) - 1}, got {fit_rows!r}")
     measured = np.array([r[1] * 1e-6 for r in rows])
-    models = [tr.protocol_model("all_reduce", r[0], n) for r in rows]
     scales = np.linspace(0.5, 1.2, 71)[:, None, None]
     floors = np.linspace(0.0, 25e-6, 101)[None, :, None]
 
+    def choices(eff):  # NCCL's choice per row at this efficiency, made on its own (uncalibrated) estimate
+        return [tr.nccl_protocol("all_reduce", r[0], n, bus_bw=line * eff) for r in rows]
+
     def worst(eff):  # the best (error, scale, floor) at this efficiency
-        latency, transfer = [], []
-        for m in models:
-            costs = m.seconds(line * eff)
-            chosen = min(costs, key=lambda p: costs[p][2])
-            latency.append(m.latency(chosen))
-            transfer.append(costs[chosen][2] - costs[chosen][0])
-        t = np.maximum(scales * np.array(latency) + np.array(transfer), floors)
+        chosen = choices(eff)
+        latency = np.array([c.costs[c.protocol][0] for c in chosen])
+        transfer = np.array([c.seconds for c in chosen]) - latency
+        t = np.maximum(scales * latency + transfer, floors)
         err = np.max(np.abs(t[..., fit] / measured[fit] - 1), axis=-1)
         i, j = np.unravel_index(np.argmin(err), err.shape)
         return float(err[i, j]), float(scales[i, 0, 0]), float(floors[0, j, 0])
@@ -175,13 +174,12 @@ def calibrate_protocols(rows=data.NVLINK4_8GPU_ALL_REDUCE, fit_rows=data.FIT_ROW
     router = rt.Router(info)
     opts = st.Options(protocol="nccl", nccl_latency_scale=scale, nccl_floor=floor)
     table = []
-    for i, (r, m) in enumerate(zip(rows, models)):
+    for i, (r, c) in enumerate(zip(rows, choices(eff))):
         (phase,) = tr.all_reduce(np.asarray(ranks)[None, :], r[0]).phases
-        rp = dataclasses.replace(st.route_phase(phase, router), nccl=m)
+        rp = dataclasses.replace(st.route_phase(phase, router), nccl=tr.protocol_model("all_reduce", r[0], n))
         t = float(st.phase_time(rp, network.capacity * eff, network.latency, opts))
-        table.append(dict(size=r[0], fit=i in fit, protocol=tr.nccl_protocol("all_reduce", r[0], n,
-                                                                              bus_bw=line * eff).protocol,
-                          measured_us=r[1], model_us=t * 1e6, error=t / measured[i] - 1))
+        table.append(dict(size=r[0], fit=i in fit, protocol=c.protocol, measured_us=r[1], model_us=t * 1e6,
+                          error=t / measured[i] - 1))
     return float(eff), scale, floor, table
 
 
