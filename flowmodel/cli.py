@@ -791,8 +791,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--network", metavar="FILE", required=True, help="ASTRA-sim network.yml (rank r = NPU r) or a "
                    "flowmodel scenario file (rank r = the GPU the trace records for it, else GPU r)")
     p.add_argument("--system", metavar="FILE", default=None, help="ASTRA-sim system.json: collective algorithms, "
-                   "endpoint-delay (per-step latency) and preferred-dataset-splits (chunks); other keys are listed "
-                   "as not modelled")
+                   "endpoint-delay (per-step latency), preferred-dataset-splits (chunks) and local-mem-bw (the memory "
+                   "time of reductions); other keys are listed as not modelled")
     p.add_argument("--comm-groups", metavar="FILE", default=None, help="comm-group file (name -> ranks) for the "
                    "nodes' pg_name (default PREFIX.comm_group.json when it exists)")
     p.add_argument("--out", default=None, help="output folder (default out/<prefix name>)")

@@ -101,7 +101,8 @@ def run(prefix: str, fabric: Fabric, *, system: str | None = None, comm_groups: 
     say(f"match and route {trace.num_nodes} nodes of {trace.num_ranks} ranks")
     prepared = st.prepare_trace(trace, fabric.router, gpus=gpus, policy=fabric.policy, seed=fabric.seed, qps=fabric.qps,
                                 algorithms=dict(sysinfo.algorithms), chunks=sysinfo.chunks, dims=fabric.dims,
-                                dimensions=dict(sysinfo.dimensions), channels=sysinfo.channels)
+                                dimensions=dict(sysinfo.dimensions), channels=sysinfo.channels,
+                                reduce_bandwidth=sysinfo.reduce_bandwidth)
     say("simulate")
     result = st.simulate_trace(prepared, fabric.network.capacity, fabric.network.latency, options,
                                background=fabric.background)
@@ -116,7 +117,8 @@ def run(prefix: str, fabric: Fabric, *, system: str | None = None, comm_groups: 
                        "ring_channels": "auto" if sysinfo.channels is None else sysinfo.channels,
                        "per_dimension": {k: list(v) for k, v in dict(sysinfo.dimensions).items()  # the kinds run so
                                          if fabric.dims and len(v) == len(fabric.dims)},
-                       "step_latency_s": options.step_latency, "ignored": list(sysinfo.ignored),
+                       "step_latency_s": options.step_latency, "reduce_bandwidth": sysinfo.reduce_bandwidth,
+                       "ignored": list(sysinfo.ignored),
                        "notes": list(sysinfo.notes)},
             "zero_time_nodes": zero_time_nodes(trace),
             "_result": result, "_prepared": prepared}

@@ -10,6 +10,8 @@ from flowmodel import routing as rt
 from flowmodel import steptime as st
 from flowmodel import traffic as tr
 
+GB = fb.ASTRA_GB  # ASTRA-sim's GB: 2^30 bytes
+
 # ASTRA-sim's documented example: 2 x 8 x 4 = 64 NPUs
 NETWORK_YML = """
 topology: [ Ring, FullyConnected, Switch ]
@@ -35,7 +37,7 @@ def test_structure(imported):
     assert len(info.links_where(tier="dim1")) == 8 * 8 * 7  # full mesh of 8, 8 groups
     assert len(info.links_where(tier="dim2")) == 16 * 4 * 2  # 16 switches, a cable per NPU
     assert sum(1 for _, d in g.nodes(data=True) if d["kind"] == "switch") == 16
-    assert set(np.asarray(net.capacity)[info.links_where(tier="dim1")]) == {100e9}
+    assert set(np.asarray(net.capacity)[info.links_where(tier="dim1")]) == {100 * GB}
     assert info.gpu_domain[:4].tolist() == [0, 0, 1, 1]  # dimension 0 is the scale-up domain
 
 
@@ -51,8 +53,8 @@ def test_dimension_order_routes(imported):
 
 
 @pytest.mark.parametrize("ranks, bandwidth, hop", [
-    ([2 * c for c in range(8)], 100e9, 500e-9),  # FullyConnected: one link per ring step
-    ([16 * c for c in range(4)], 50e9, 2 * 2000e-9),  # Switch: up and down
+    ([2 * c for c in range(8)], 100 * GB, 500e-9),  # FullyConnected: one link per ring step
+    ([16 * c for c in range(4)], 50 * GB, 2 * 2000e-9),  # Switch: up and down
 ], ids=["dim1", "dim2"])
 def test_ring_all_reduce_closed_form(imported, ranks, bandwidth, hop):
     _, net, info, router = imported
@@ -91,8 +93,8 @@ def test_per_dimension_collectives_on_a_switch_by_ring_network_closed_form(kind,
     coll, seconds = _per_dimension_time(kind, S)
     # dimension 0 (Switch, 400 GB/s, two 936.25 ns hops a step) on all of S; dimension 1 (Ring, 50 GB/s,
     # one 500 ns hop) on the S / 8 left after it; each moves 7/8 of what it sees per direction
-    switch = 7 / 8 * S / 400e9 + 7 * 2 * 936.25e-9
-    ring = 7 / 8 * (S / 8) / 50e9 + 7 * 500e-9
+    switch = 7 / 8 * S / (400 * GB) + 7 * 2 * 936.25e-9
+    ring = 7 / 8 * (S / 8) / (50 * GB) + 7 * 500e-9
     assert seconds == pytest.approx(directions * (switch + ring), rel=1e-9)
     assert len(coll.phases) == 2 * directions
     # the ring's groups are the NPUs that differ in dimension 1 only: 0, 8, ..., 56
@@ -112,9 +114,9 @@ def test_per_dimension_all_reduce_on_a_3d_network_closed_form():
     seconds = sum(float(st.phase_time(st.route_phase(ph, router), net.capacity, net.latency)) for ph in coll.phases)
     # each dimension moves (n - 1) / n of what it sees, twice: S on the switch, S / 8 on the ring, S / 32 on the
     # second switch; a switch step crosses two links, a ring step one
-    switch = 7 / 8 * S / 400e9 + 7 * 2 * 936.25e-9
-    ring = 3 / 4 * (S / 8) / 50e9 + 3 * 500e-9
-    top = 1 / 2 * (S / 32) / 50e9 + 1 * 2 * 500e-9
+    switch = 7 / 8 * S / (400 * GB) + 7 * 2 * 936.25e-9
+    ring = 3 / 4 * (S / 8) / (50 * GB) + 3 * 500e-9
+    top = 1 / 2 * (S / 32) / (50 * GB) + 1 * 2 * 500e-9
     assert seconds == pytest.approx(2 * (switch + ring + top), rel=1e-9)
     assert len(coll.phases) == 6
 
@@ -154,3 +156,41 @@ def test_nccl_channels_in_a_system_file(tmp_path):
         path.write_text('{"nccl-channels": %s}' % value)
         with pytest.raises(tr.TraceError, match=r"nccl-channels: must be \"auto\" or an integer >= 1, got"):
             st.read_system(str(path))
+
+
+def _astra_rules():
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(__file__), "..", "experiments", "benchmarks", "astra_rules.py")
+    spec = importlib.util.spec_from_file_location("astra_rules", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_astra_timing_rules_reproduce_its_published_figures_and_bound_the_two_dimensional_one():
+    """The benchmark's ASTRA-sim rules give its six published 1-D figures to the ns; on the 2-D 8x8 input
+    the chunks as its code runs them, pipelined across dimensions, or one after another order as they
+    must, and flowmodel (chunks one after another) sits on the serial figure but for the per-message
+    truncation and the endpoint delay at each phase's start."""
+    rules = _astra_rules()
+    for (kind, n), ns in rules.PUBLISHED.items():
+        if kind == "all_reduce":
+            got = rules.all_reduce_ns(2**20, (n,), ("Ring",), (50.0,), (500.0,))
+        else:
+            got = 4 * rules.ring_phase_ns("reduce_scatter", n, 2**20 // 4, 50.0, 500.0, 1)
+        assert got == ns, (kind, n)
+    net = (64 * 2**20, (8, 8), SWITCH_RING["topology"], SWITCH_RING["bandwidth"], SWITCH_RING["latency"])
+    pipelined, as_run, serial = (rules.all_reduce_ns(*net, schedule=s) for s in ("pipelined", "as_run", "serial"))
+    assert pipelined < as_run < serial
+    # pipelined: dimension 0's queue is busy throughout, 4 x (reduce-scatter + all-gather there)
+    assert pipelined == 4 * (rules.ring_phase_ns("reduce_scatter", 8, 2**24, 400.0, 936.25, 2)
+                             + rules.ring_phase_ns("all_gather", 8, 2**24, 400.0, 936.25, 2))
+    coll, seconds = _per_dimension_time("all_reduce", 64 * 2**20)
+    chunks = 4  # the network's bandwidth and latency per chunk, plus the memory time of the reductions
+    flowmodel = seconds + (chunks - 1) * 2 * (7 * 2 * 936.25e-9 + 7 * 500e-9) + chunks * 4 * 7 * 10e-9 \
+        + 3 * (1 - 1 / 64) * 64 * 2**20 / 1600e9
+    assert flowmodel * 1e9 == pytest.approx(serial, rel=2e-4)
+    with pytest.raises(ValueError, match="schedule: as_run, pipelined or serial, got 'lifo'"):
+        rules.all_reduce_ns(*net, schedule="lifo")
+

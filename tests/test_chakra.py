@@ -23,6 +23,7 @@ ASTRA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "astra")
 needs_astra = pytest.mark.skipif(not os.path.isdir(ASTRA), reason="../shared/astra (ASTRA-sim's example traces and "
                                  "networks) is not on this machine")
 MiB = 1048576
+GB = fb.ASTRA_GB  # an ASTRA-sim network file's GB: 2^30 bytes
 
 
 def _prefixes():
@@ -55,7 +56,7 @@ def test_every_shared_trace_parses(prefix):
 def test_ring_all_reduce_on_a_switch_is_the_nccl_closed_form(tmp_path, delay_ns):
     system = tmp_path / "system.json"
     system.write_text(json.dumps({"all-reduce-implementation": ["ring"], "endpoint-delay": delay_ns}))
-    n, S, B = 16, MiB, 50e9
+    n, S, B = 16, MiB, 50 * GB
     got = _makespan(os.path.join(ASTRA, "microbenchmarks/all_reduce/16npus_1MB/all_reduce"), _astra("Switch_16npus"),
                     system=str(system))
     route = 2 * 500e-9  # NPU -> switch -> NPU
@@ -70,20 +71,23 @@ def test_ring_all_reduce_on_a_switch_is_the_nccl_closed_form(tmp_path, delay_ns)
 def test_microbenchmarks_on_a_switch_are_closed_forms(kind, factor, steps):
     for n in (4, 8, 16):
         got = _makespan(os.path.join(ASTRA, f"microbenchmarks/{kind}/{n}npus_1MB/{kind}"), _astra(f"Switch_{n}npus"))
-        assert got == pytest.approx(factor(n) * MiB / 50e9 + steps(n) * 1e-6, rel=1e-9)
+        assert got == pytest.approx(factor(n) * MiB / (50 * GB) + steps(n) * 1e-6, rel=1e-9)
 
 
 @needs_astra
 def test_astra_chunking_explains_its_ring_figures():
-    """ASTRA-sim 2.x analytical, 1 MB on a 50 GB/s, 500 ns Ring, Ring_4chunks.json: the same bandwidth
-    term, the latency paid per chunk (4) and step; within 2.2% of its reported cycles."""
+    """ASTRA-sim 2.x analytical, 1 MB on a 50 GB/s (2^30 bytes a GB), 500 ns Ring, Ring_4chunks.json:
+    the same bandwidth term, the latency paid per chunk (4) and step, the reductions' memory time at
+    local-mem-bw; within 0.05% of its reported cycles (it truncates every message's time to a whole ns
+    and pays the endpoint delay once more as each chunk's phase starts). Without the reductions' memory
+    time the all-reduces come out 2.6% short."""
     system = os.path.join(ASTRA, "system", "Ring_4chunks.json")
     astra = {("all_reduce", 4): 43_000, ("all_reduce", 8): 64_440, ("all_reduce", 16): 99_640,
              ("reduce_scatter", 4): 22_240, ("reduce_scatter", 8): 33_080, ("reduce_scatter", 16): 50_740}
     for (kind, n), ns in astra.items():
         got = _makespan(os.path.join(ASTRA, f"microbenchmarks/{kind}/{n}npus_1MB/{kind}"), _astra(f"Ring_{n}npus"),
                         system=system)
-        assert got == pytest.approx(ns * 1e-9, rel=0.022), (kind, n)
+        assert got == pytest.approx(ns * 1e-9, rel=5e-4), (kind, n)
 
 
 @needs_astra
@@ -98,8 +102,8 @@ def test_node_type_samples():
                  "one_comm_send_node", "one_comm_recv_node", "BARRIER"):  # no time; a peerless send is a no-op
         assert _makespan(f"{base}/{name}", fabric) == 0.0, name
     n, S = 64, 64 * MiB
-    assert _makespan(f"{base}/ALL_REDUCE", fabric) == pytest.approx(2 * (n - 1) / n * S / 50e9 + 2 * (n - 1) * 1e-6)
-    assert _makespan(f"{base}/BROADCAST", fabric) == pytest.approx(S / 50e9 + (n - 1) * 1e-6)
+    assert _makespan(f"{base}/ALL_REDUCE", fabric) == pytest.approx(2 * (n - 1) / n * S / (50 * GB) + 2 * (n - 1) * 1e-6)
+    assert _makespan(f"{base}/BROADCAST", fabric) == pytest.approx(S / (50 * GB) + (n - 1) * 1e-6)
 
 
 def _job_model(tp, pp, dp, cp=1, v=1, algorithm="ring", experts=0, ep=1, dense_layers=0, recompute="none"):
@@ -205,6 +209,29 @@ def test_a_handmade_trace_times_and_critical_path(tmp_path):
     assert out["critical_path"][0]["rank"] == 0
 
 
+def test_reductions_take_their_memory_time_at_local_mem_bw(tmp_path):
+    """ASTRA-sim's local-mem-bw: every byte a rank reduces costs three memory passes, (1 - 1/n) S bytes
+    for an all-reduce or reduce-scatter of S, in a call timed once (an all-reduce that another follows)
+    and in one timed by its start times (the last); an all-gather reduces nothing."""
+    ar, rs, ag = ({"comm_type": t, "comm_size": MiB} for t in (0, 7, 2))
+    nodes = [(chakra.COLL, "ar1", [], ar, 0.0), (chakra.COLL, "ar2", [0], ar, 0.0), (chakra.COLL, "rs", [1], rs, 0.0),
+             (chakra.COLL, "ag", [2], ag, 0.0)]
+    prefix = _two_ranks(tmp_path, rank0=nodes, rank1=nodes)
+    system = tmp_path / "system.json"
+    system.write_text(json.dumps({"local-mem-bw": 50}))
+    plain = fmtrace.run(prefix, _fabric())
+    out = fmtrace.run(prefix, _fabric(), system=str(system))
+    memory = 3 * (1 - 1 / 2) * MiB / 50e9  # per all-reduce or reduce-scatter of MiB over two ranks
+    assert out["makespan_s"] == pytest.approx(plain["makespan_s"] + 3 * memory, rel=1e-12)
+    assert plain["makespan_s"] == pytest.approx((2 + 0.5 + 0.5) * MiB / 100e9, rel=1e-12)
+    assert out["system"]["reduce_bandwidth"] == 50e9 and "local-mem-bw" not in out["system"]["ignored"]
+    assert [c["timing"] for c in out["classes"]][:1] == ["all groups at once"]  # both paths are covered
+    for value in ("0", "-1", "true", '"fast"'):
+        system.write_text('{"local-mem-bw": %s}' % value)
+        with pytest.raises(tr.TraceError, match=r"local-mem-bw: must be > 0 \(GB/s\), got"):
+            fmtrace.run(prefix, _fabric(), system=str(system))
+
+
 BAD = {
     "missing rank file": ("missing", r"t\.1\.et: missing"),
     "truncated": ("truncate", r"says \d+ bytes, but only \d+ remain"),
@@ -308,7 +335,9 @@ def test_trace_command(tmp_path, capsys):
     assert cli.main(["trace", prefix, "--network", network, "--system",
                      os.path.join(ASTRA, "system", "Ring_4chunks.json"), "--out", str(out), "--quiet"]) == 0
     result = json.loads((out / "trace.json").read_text())
-    assert result["makespan_s"] == pytest.approx(36700.16e-9 + 4 * 14 * 510e-9, rel=1e-6)
+    bandwidth = 2 * 7 / 8 * MiB / (50 * GB)  # 50 GB/s of 2^30 bytes
+    memory = 3 * 7 / 8 * MiB / 1600e9  # local-mem-bw 1600 GB/s, three passes over the bytes reduced
+    assert result["makespan_s"] == pytest.approx(bandwidth + 4 * 14 * 510e-9 + memory, rel=1e-9)
     assert len(result["finish_s"]) == 8 and "scheduling-policy" in result["system"]["ignored"]
     assert (out / "trace_timeline.png").stat().st_size > 0
     assert len((out / "trace_nodes.csv").read_text().splitlines()) == 9
@@ -347,14 +376,16 @@ workloads:
 def test_a_two_dimensional_all_reduce_runs_per_dimension_as_its_system_file_says():
     """ASTRA-sim's 64-NPU 64 MiB all-reduce on SwRing_8x8_hgx with sys_2d_ring_ring.json: a ring per
     dimension (reduce-scatter on the 400 GB/s switches, all-reduce of the eighth left on the 50 GB/s
-    rings, all-gather back), 4 chunks paying each step's route latency and 10 ns endpoint delay."""
+    rings, all-gather back), 4 chunks paying each step's route latency and 10 ns endpoint delay, and
+    the reductions' memory time at local-mem-bw."""
     prefix = os.path.join(ASTRA, "generated", "all_reduce", "64npus_64MB", "all_reduce")
     fabric = _astra("SwRing_8x8_hgx")
     result = fmtrace.run(prefix, fabric, system=os.path.join(ASTRA, "system", "sys_2d_ring_ring.json"))
     S = 64 * MiB
-    switch = 7 / 8 * S / 400e9 + 4 * 7 * (2 * 936.25e-9 + 10e-9)
-    ring = 7 / 8 * S / 8 / 50e9 + 4 * 7 * (500e-9 + 10e-9)
-    assert result["makespan_s"] == pytest.approx(2 * (switch + ring), rel=1e-9)
+    switch = 7 / 8 * S / (400 * GB) + 4 * 7 * (2 * 936.25e-9 + 10e-9)
+    ring = 7 / 8 * S / 8 / (50 * GB) + 4 * 7 * (500e-9 + 10e-9)
+    reduce = 3 * (1 - 1 / 64) * S / 1600e9  # local-mem-bw: three memory passes over every byte reduced
+    assert result["makespan_s"] == pytest.approx(2 * (switch + ring) + reduce, rel=1e-9)
     assert result["system"]["per_dimension"] == {"all_reduce": ["ring", "ring"], "all_gather": ["ring", "ring"],
                                                  "reduce_scatter": ["ring", "ring"]}
-    assert _makespan(prefix, fabric) > 4 * result["makespan_s"]  # one flat ring over all 64 NPUs
+    assert _makespan(prefix, fabric) > 3 * result["makespan_s"]  # one flat ring over all 64 NPUs (3.4x)

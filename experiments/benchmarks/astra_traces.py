@@ -8,15 +8,17 @@ Second table: the 64 MiB all_reduce on ASTRA-sim's 2-D networks (a Switch of 8 N
 file (one ring over every NPU) and with ``sys_2d_ring_ring.json`` (ring per dimension: reduce-scatter
 up the dimensions, all-gather down, ``traffic.per_dimension``; 4 chunks, 10 ns endpoint delay),
 and on the repo's 3-D input (``astra_inputs/``: Switch 8 x Ring 4 x Switch 2, the same links, a ring
-per dimension; ASTRA-sim ships no 3-D example), against the per-dimension closed form.
+per dimension; ASTRA-sim ships no 3-D example), against the per-dimension closed form and ASTRA-sim's
+own timing rules (``astra_rules``: its figure as its code runs the chunks, and with the chunks
+pipelined across dimensions).
 
 Table: every microbenchmark (all_reduce, all_gather, reduce_scatter, all_to_all; 4/8/16 NPUs; 1 MiB) on
 ASTRA-sim's Ring and Switch networks (50 GB/s, 500 ns per link), and the 64 MiB all_reduce at 64 and
 256 NPUs. Columns: flowmodel with no system file (one collective, latency once per step); the NCCL
 closed form bus_factor x S / B + steps x (route latency of one step), which assumes full bisection;
 flowmodel with ASTRA-sim's Ring_4chunks.json (4 chunks one after another, each paying the latency per
-step, endpoint-delay as per-step latency); ASTRA-sim 2.x analytical where its figure is published
-(docs/sources.md). ASTRA-sim is not run here (it is not on PyPI or Debian).
+step, endpoint-delay as per-step latency, reductions at local-mem-bw); ASTRA-sim 2.x analytical where
+its figure is published (docs/sources.md). Bandwidths are GB/s of 2^30 bytes, as ASTRA-sim reads them. ASTRA-sim is not run here (it is not on PyPI or Debian).
 
 ``--speed``: a training step exported from a 3-tier Clos scenario (``--ranks`` GPUs, TP 8, PP 4), read
 and simulated: the first (cold: the fluid kernels compile) run, the median of warm runs, and the step
@@ -37,6 +39,8 @@ import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 
+from astra_rules import PUBLISHED as ASTRA_NS  # noqa: E402
+from astra_rules import all_reduce_ns  # noqa: E402
 from common import print_table, write_json  # noqa: E402
 
 from flowmodel import fabric as fb  # noqa: E402
@@ -47,16 +51,14 @@ from flowmodel import traffic as tr  # noqa: E402
 from flowmodel.traffic import _chakra as chakra  # noqa: E402
 
 MiB = 1048576
-# ASTRA-sim 2.x analytical (congestion-aware), Ring 50 GB/s 500 ns, Ring_4chunks.json, 1 MiB, in ns
-ASTRA_NS = {("all_reduce", 4): 43_000, ("all_reduce", 8): 64_440, ("all_reduce", 16): 99_640,
-            ("reduce_scatter", 4): 22_240, ("reduce_scatter", 8): 33_080, ("reduce_scatter", 16): 50_740}
+GB = fb.ASTRA_GB  # an ASTRA-sim network file's GB: 2^30 bytes
 FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
           "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n}
 STEPS = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n - 1, "reduce_scatter": lambda n: n - 1,
          "all_to_all": lambda n: 1}
 
 
-def closed_form(kind, n, size, topology, bandwidth=50e9, hop=500e-9):
+def closed_form(kind, n, size, topology, bandwidth=50 * GB, hop=500e-9):
     route = hop * (2 if topology == "Switch" else (n // 2 if kind == "all_to_all" else 1))
     return FACTOR[kind](n) * size / bandwidth + STEPS[kind](n) * route
 
@@ -89,11 +91,11 @@ def table(astra: str) -> list[dict]:
     return rows
 
 
-def per_dimension_closed_form(size, dims, bandwidths, hops, chunks=4, endpoint=10e-9):
+def per_dimension_closed_form(size, dims, bandwidths, hops, chunks=4, endpoint=10e-9, local_mem_bw=1600e9):
     """All-reduce dimension by dimension, ring in each: reduce-scatter and all-gather of dimension d move
     (n_d - 1) / n_d of the data it sees, S / prod(n_<d), at its bandwidth; every chunk pays each step's
-    route latency and endpoint delay."""
-    total, seen = 0.0, float(size)
+    route latency and endpoint delay; every rank reduces (1 - 1/n) S bytes at three memory passes."""
+    total, seen = 3 * (1 - 1 / np.prod(dims)) * size / local_mem_bw, float(size)
     for n, bw, hop in zip(dims, bandwidths, hops):
         total += 2 * ((n - 1) / n * seen / bw + chunks * (n - 1) * (hop + endpoint))
         seen /= n
@@ -121,10 +123,14 @@ def multi_dimensional(astra: str) -> list[dict]:
         flat = trace.run(prefix, fabric)["makespan_s"]
         per_dim = trace.run(prefix, fabric, system=system)["makespan_s"]
         hops = [(2 if topo == "Switch" else 1) * lat * 1e-9 for topo, lat in zip(spec["topology"], spec["latency"])]
-        closed = per_dimension_closed_form(64 * MiB, dims, [b * 1e9 for b in spec["bandwidth"]], hops)
+        closed = per_dimension_closed_form(64 * MiB, dims, [b * GB for b in spec["bandwidth"]], hops)
         net = os.path.splitext(os.path.basename(path))[0]
+        rules = {s: all_reduce_ns(64 * MiB, dims, spec["topology"], spec["bandwidth"], spec["latency"], schedule=s)
+                 / 1e3 for s in ("as_run", "pipelined")}
         rows.append({"case": f"all_reduce {n} 64 MiB {net}", "flat_us": flat * 1e6, "per_dimension_us": per_dim * 1e6,
-                     "closed_us": closed * 1e6, "vs_closed": per_dim / closed - 1, "flat_over_per_dim": flat / per_dim})
+                     "closed_us": closed * 1e6, "vs_closed": per_dim / closed - 1, "flat_over_per_dim": flat / per_dim,
+                     "astra_as_run_us": rules["as_run"], "vs_as_run": per_dim * 1e6 / rules["as_run"] - 1,
+                     "astra_pipelined_us": rules["pipelined"], "vs_pipelined": per_dim * 1e6 / rules["pipelined"] - 1})
     return rows
 
 
@@ -188,7 +194,10 @@ def main(argv=None):
     print()
     print_table(dims, [("case", "case", ""), ("one ring us", "flat_us", ".2f"),
                        ("per dimension us", "per_dimension_us", ".2f"), ("closed form us", "closed_us", ".2f"),
-                       ("vs closed", "vs_closed", ".2%"), ("one ring / per dim", "flat_over_per_dim", ".2f")])
+                       ("vs closed", "vs_closed", ".2%"), ("one ring / per dim", "flat_over_per_dim", ".2f"),
+                       ("ASTRA rules, as run us", "astra_as_run_us", ".2f"), ("vs as run", "vs_as_run", ".2%"),
+                       ("ASTRA rules, pipelined us", "astra_pipelined_us", ".2f"),
+                       ("vs pipelined", "vs_pipelined", ".2%")])
     write_json(args.json, {"microbenchmarks": rows, "multi_dimensional": dims})
     return 0
 

@@ -16,6 +16,7 @@ to a ``Network`` (capacity and latency per directed link) and its ``FabricInfo``
 """
 
 from ._astra import from_astra as from_astra
+from ._astra import GB as ASTRA_GB
 from ._astra import read_astra as read_astra
 from ._build import FabricTable as FabricTable
 from ._build import build as build

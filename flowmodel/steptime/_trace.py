@@ -86,8 +86,10 @@ class TraceSystem:
     whole multi-dimensional network runs dimension by dimension, ``traffic.per_dimension``), the ring
     channels (``channels``, from ``nccl-channels``, a key of flowmodel's own that its export writes:
     ``"auto"`` (None) runs NCCL-style channels where a group has several members per scale-up domain,
-    as the step time does; an integer caps them; absent, 1: one ring, as ASTRA-sim runs it), and the
-    keys it does not model (``ignored``)."""
+    as the step time does; an integer caps them; absent, 1: one ring, as ASTRA-sim runs it), the
+    memory bandwidth of a reduction (``reduce_bandwidth``, bytes/s, from ``local-mem-bw`` in GB/s:
+    ASTRA-sim charges every reduced byte three memory passes, two reads and a write, on the critical
+    path of the step that received it), and the keys it does not model (``ignored``)."""
 
     algorithms: tuple[tuple[str, str], ...] = ()
     dimensions: tuple[tuple[str, tuple[str, ...]], ...] = ()  # kind -> per-dimension implementations
@@ -96,6 +98,7 @@ class TraceSystem:
     ignored: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     channels: int | None = 1
+    reduce_bandwidth: float | None = None
 
 
 def read_system(path: str) -> TraceSystem:
@@ -108,6 +111,7 @@ def read_system(path: str) -> TraceSystem:
     if not isinstance(spec, dict):
         raise TraceError(f"{path}: expected a JSON object")
     algorithms, notes, ignored, step_latency, chunks, dimensions, channels = {}, [], [], None, 1, {}, 1
+    reduce_bandwidth = None
     for key, value in spec.items():
         if key in SYSTEM_KEYS:
             dims = value if isinstance(value, list) else [value]
@@ -142,10 +146,14 @@ def read_system(path: str) -> TraceSystem:
             if not (isinstance(value, (int, float)) and value >= 0):
                 raise TraceError(f"{path}: endpoint-delay: must be >= 0 (ns), got {value!r}")
             step_latency = float(value) * 1e-9
+        elif key == "local-mem-bw":
+            if isinstance(value, bool) or not (isinstance(value, (int, float)) and np.isfinite(value) and value > 0):
+                raise TraceError(f"{path}: local-mem-bw: must be > 0 (GB/s), got {value!r}")
+            reduce_bandwidth = float(value) * 1e9  # ASTRA-sim divides bytes by it as bytes per ns
         else:
             ignored.append(key)
     return TraceSystem(tuple(sorted(algorithms.items())), tuple(sorted(dimensions.items())), step_latency, chunks,
-                       tuple(ignored), tuple(notes), channels)
+                       tuple(ignored), tuple(notes), channels, reduce_bandwidth)
 
 
 class _Dag:
@@ -252,6 +260,7 @@ class _Class:
     nodes: np.ndarray | None = None  # dynamic: DAG node of each instance
     size_of_flow: np.ndarray | None = None  # dynamic: flow -> its group size's index (own latency term)
     size_steps: np.ndarray | None = None  # dynamic: the step count of each group size
+    reduce_s: float | np.ndarray = 0.0  # memory time of its reductions (static: per call; dynamic: per instance)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -296,7 +305,8 @@ class TraceResult:
 
 def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecmp", seed: int = 0, qps: int = 4,
                   algorithms: dict | None = None, chunks: int = 1, dims=None,
-                  dimensions: dict | None = None, channels: int | None = 1) -> PreparedTrace:
+                  dimensions: dict | None = None, channels: int | None = 1,
+                  reduce_bandwidth: float | None = None) -> PreparedTrace:
     """Match a trace's communication, build its DAG and route every contention class on ``router``'s
     fabric. ``gpus``: the GPU of each trace rank (default: rank r on GPU r); ``algorithms``: collective
     kind -> algorithm (default ring; all-to-all direct); ``chunks``: collectives run as that many
@@ -305,7 +315,10 @@ def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecm
     per dimension, ``TraceSystem.dimensions``): a collective of those kinds over a group of all
     prod(dims) GPUs runs dimension by dimension (``traffic.per_dimension``). ``channels``: ring
     collectives run as one ring (1, ASTRA-sim's), or NCCL-style channels where a group has several
-    members per scale-up domain (None: one per member, ``ring_channels``; an integer caps them)."""
+    members per scale-up domain (None: one per member, ``ring_channels``; an integer caps them).
+    ``reduce_bandwidth`` (bytes/s; None: free): an all-reduce or reduce-scatter of S bytes over n ranks
+    reduces (1 - 1/n) S bytes on every rank, whatever the algorithm or dimensions, at three memory
+    passes a byte (``TraceSystem.reduce_bandwidth``), added to its time."""
     R = trace.num_ranks
     recorded = gpus is None and trace.gpus is not None
     if gpus is None:  # the GPUs the producer recorded (flowmodel's export does), else rank r on GPU r
@@ -321,6 +334,13 @@ def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecm
         raise TraceError(f"{trace.prefix}: the trace has {R} ranks, but the fabric has {G} GPUs")
     if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or chunks < 1:
         raise TraceError(f"chunks: must be an integer >= 1, got {chunks!r}")
+    if reduce_bandwidth is not None and not (np.isfinite(reduce_bandwidth) and reduce_bandwidth > 0):
+        raise TraceError(f"reduce_bandwidth: must be > 0 bytes/s (or None), got {reduce_bandwidth!r}")
+
+    def reduce_s(kind, nbytes, n):
+        if reduce_bandwidth is None or kind not in ("all_reduce", "reduce_scatter"):
+            return 0.0
+        return 3.0 * (1.0 - 1.0 / n) * float(nbytes) / reduce_bandwidth
     algs = dict(_DEFAULT, **(algorithms or {}))
     for kind, alg in algs.items():
         if kind not in coll.ALGORITHMS or alg not in coll.ALGORITHMS[kind]:
@@ -478,12 +498,12 @@ def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecm
         phases = tuple(route_phase(_chunked(ph, chunks), router, policy, seed=seed, qps=qps)
                        for ph in collective.phases)
         slot[members] = len(classes)
-        classes.append(_Class(name, phases, False))
+        classes.append(_Class(name, phases, False, reduce_s=reduce_s(kind, nbytes, n)))
     num_static = len(classes)
     num_dynamic = 0
     for (lab, kind, n), members in dynamic_groups.items():
         members = sorted(members, key=lambda i: (inst_seq[i], i))  # calls in order, then groups
-        srcs, dsts, sizes, flow_inst, flow_size, steps = [], [], [], [], [], {}
+        srcs, dsts, sizes, flow_inst, flow_size, steps, reduce = [], [], [], [], [], {}, []
         for j, i in enumerate(members):
             _, _, nbytes, who = inst_key[i]
             who = np.array(who, np.int64)
@@ -495,6 +515,7 @@ def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecm
             dsts.append(ph.dst)
             sizes.append(ph.bytes)
             flow_inst.append(np.full(ph.num_flows, j))
+            reduce.append(reduce_s(kind, nbytes, who.size))
             flow_size.append(np.full(ph.num_flows, steps.setdefault(who.size, (len(steps), ph.steps))[0]))
         size_steps = np.array([st for _, st in steps.values()], np.int64) * chunks
         merged = coll.Phase(np.concatenate(srcs), np.concatenate(dsts), np.concatenate(sizes), int(size_steps.max()))
@@ -504,7 +525,7 @@ def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecm
         num_dynamic += len(members)
         name = _class_name(lab, kind, None, n)
         classes.append(_Class(name, (rp,), True, np.concatenate(flow_inst), nodes, np.concatenate(flow_size),
-                              size_steps))
+                              size_steps, np.array(reduce)))
     zero = num_static + num_dynamic
     slot[slot < 0] = zero
     slot[len(inst_key):] = zero
@@ -589,12 +610,13 @@ def _dag_function(dag: _Dag):
 
 def trace_class_times(prepared: PreparedTrace, capacity, latency, options: Options = EXACT, *, background=None):
     """float[C]: the time of one call of each static contention class (``prepared.classes[:C]``), all its
-    groups at once: bandwidth term plus latency term, summed over the collective's phases."""
+    groups at once: bandwidth term plus latency term, summed over the collective's phases, plus its
+    reductions' memory time (``prepare_trace``'s ``reduce_bandwidth``)."""
     options = options.exact()
     capacity = jnp.asarray(residual_capacity(capacity, background))
     latency = jnp.asarray(latency)
     times = [sum((phase_time(rp, capacity, latency, options) for rp in c.phases), jnp.zeros((), capacity.dtype))
-             for c in prepared.classes[:prepared.num_static]]
+             + c.reduce_s for c in prepared.classes[:prepared.num_static]]
     return jnp.stack(times).astype(capacity.dtype) if times else jnp.zeros(0, capacity.dtype)
 
 
@@ -617,7 +639,7 @@ def simulate_trace(prepared: PreparedTrace, capacity, latency, options: Options 
             finish = phase_finish(c.phases[0], capacity, latency, starts[c.instance_of_flow], options,
                                   collective_of_flow=c.size_of_flow, collective_steps=c.size_steps)
             last = jax.ops.segment_max(finish, jnp.asarray(c.instance_of_flow), num_segments=c.nodes.size)
-            durations.append(last - starts)
+            durations.append(last - starts + jnp.asarray(c.reduce_s, dtype))
         d = d.at[prepared.num_static:prepared.num_static + prepared.num_dynamic].set(jnp.concatenate(durations))
         end = prepared.ends(d)
     node_end = end[prepared.dag_of]
