@@ -5,8 +5,8 @@ a flowmodel scenario (trace rank r runs on the GPU the trace records for it, as 
 else on GPU r; routed by the scenario's
 routing section, timed with its model options, its inference and background load served first;
 other training jobs of the scenario are not part of the trace). An ASTRA-sim ``system.json`` sets the
-collective algorithms, the per-step latency and the chunk count (``steptime.read_system``); the keys
-it does not model are listed in the result.
+collective algorithms, the per-step latency, the chunk count and the memory bandwidth of reductions
+(``steptime.read_system``); the keys it does not model are listed in the result.
 
 >>> import jax; jax.config.update("jax_enable_x64", True)
 >>> import os, tempfile, yaml

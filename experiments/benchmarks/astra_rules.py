@@ -1,5 +1,7 @@
 """ASTRA-sim 2.x's analytical (congestion-unaware) timing rules for a ring all-reduce, written out so that
-its figure for an input it has not published can be computed and compared.
+its figure for an input it has not published can be computed and compared. Its published 1-D figures
+come from the congestion-aware backend, which on an uncontended 1-D ring times each message the same;
+the 2-D figures here are the congestion-unaware backend's (the congestion-aware one takes 1-D only).
 
 The rules, as its system layer and analytical backend apply them (docs/sources.md):
 
@@ -16,10 +18,14 @@ The rules, as its system layer and analytical backend apply them (docs/sources.m
 Two schedules follow from the code. ``"pipelined"``: every phase on its own dimension's queue, so
 chunks overlap across dimensions. ``"as_run"``: with one queue per dimension, the queue allocator of the
 phases that go up the dimensions reads past the end of a one-element list for every chunk after the
-first; read as queue 0 (which the published 1-D figures imply), those phases wait on dimension 0's
-queue. A third, ``"serial"``, runs the chunks one after another through every phase.
+first; assuming those reads give queue 0, those phases wait on dimension 0's queue. The published 1-D
+figures (chunks one after another) say dimension 0's over-reads gave 0 (any other queue would have run
+the chunks side by side); that the higher dimensions' do is an assumption, and so is a run's first
+collective (the allocator's index is never reset between collectives). A third, ``"serial"``, runs the
+chunks one after another through every phase. Dimensions of one NPU are skipped, as ASTRA-sim does.
 
-The rules reproduce ASTRA-sim's six published 1-D figures to the ns (``PUBLISHED``; the tests check).
+The rules reproduce ASTRA-sim's six published 1-D figures to the ns (``PUBLISHED``; the tests check);
+on one dimension the three schedules agree.
 """
 
 from __future__ import annotations
@@ -55,6 +61,8 @@ def all_reduce_ns(size: float, dims, topologies, bandwidths, latencies, chunks: 
     dimension (``topologies``: Ring or Switch), a ring per dimension, under ``schedule`` (see above)."""
     if schedule not in ("as_run", "pipelined", "serial"):
         raise ValueError(f"schedule: as_run, pipelined or serial, got {schedule!r}")
+    kept = [d for d, n in enumerate(dims) if n > 1]
+    dims, topologies, bandwidths, latencies = ([v[d] for d in kept] for v in (dims, topologies, bandwidths, latencies))
     hops = [2 if t == "Switch" else 1 for t in topologies]
     cost = dict(endpoint=endpoint, local_mem_bw=local_mem_bw)
     chunk = size // chunks

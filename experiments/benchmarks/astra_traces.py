@@ -18,7 +18,8 @@ ASTRA-sim's Ring and Switch networks (50 GB/s, 500 ns per link), and the 64 MiB 
 closed form bus_factor x S / B + steps x (route latency of one step), which assumes full bisection;
 flowmodel with ASTRA-sim's Ring_4chunks.json (4 chunks one after another, each paying the latency per
 step, endpoint-delay as per-step latency, reductions at local-mem-bw); ASTRA-sim 2.x analytical where
-its figure is published (docs/sources.md). Bandwidths are GB/s of 2^30 bytes, as ASTRA-sim reads them. ASTRA-sim is not run here (it is not on PyPI or Debian).
+its figure is published (docs/sources.md). Bandwidths are GB/s of 2^30 bytes, as ASTRA-sim reads them.
+ASTRA-sim is not run here (it is not on PyPI or Debian).
 
 ``--speed``: a training step exported from a 3-tier Clos scenario (``--ranks`` GPUs, TP 8, PP 4), read
 and simulated: the first (cold: the fluid kernels compile) run, the median of warm runs, and the step

@@ -15,8 +15,8 @@ to a ``Network`` (capacity and latency per directed link) and its ``FabricInfo``
 ['a/scale_up', 'a/nic', 'a/leaf_up', 'a/border_up', 'b/scale_up', 'b/nic', 'b/leaf_up', 'b/border_up', 'long_haul/a-b']
 """
 
+from ._astra import ASTRA_GB as ASTRA_GB
 from ._astra import from_astra as from_astra
-from ._astra import GB as ASTRA_GB
 from ._astra import read_astra as read_astra
 from ._build import FabricTable as FabricTable
 from ._build import build as build

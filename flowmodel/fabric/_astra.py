@@ -1,7 +1,7 @@
 """Import an ASTRA-sim analytical ``network.yml`` (multi-dimensional Ring / FullyConnected / Switch).
 
 The file lists per dimension a topology, ``npus_count``, ``bandwidth`` (GB/s per link and direction,
-read as ASTRA-sim's analytical backend reads it: 1 GB = 2^30 bytes, ``GB``) and ``latency`` (ns per
+read as ASTRA-sim's analytical backend reads it: 1 GB = 2^30 bytes, ``ASTRA_GB``) and ``latency`` (ns per
 link). NPU ``i`` has coordinates ``i = c0 + n0 * (c1 + n1 * (c2 + ...))``
 (dimension 0 varies fastest); a dimension joins the NPUs that differ only in its coordinate. Rings
 are bidirectional, FullyConnected joins every ordered pair directly, Switch gives every NPU one link
@@ -22,7 +22,7 @@ from ._build import CAPACITY, GraphBuilder
 from ._tags import Kind
 
 TOPOLOGIES = ("Ring", "FullyConnected", "Switch")
-GB = float(2 ** 30)  # bytes in a network file's GB: ASTRA-sim converts GB/s to bytes/ns as x 2^30 / 1e9
+ASTRA_GB = float(2 ** 30)  # bytes in a network file's GB: ASTRA-sim converts GB/s to bytes/ns as x 2^30 / 1e9
 
 
 def read_astra(spec) -> dict:
@@ -68,7 +68,7 @@ def from_astra(spec):
     for d, (topo, n) in enumerate(zip(spec["topology"], counts)):
         if n == 1:
             continue
-        bw, lat = float(spec["bandwidth"][d]) * GB, float(spec["latency"][d]) * 1e-9
+        bw, lat = float(spec["bandwidth"][d]) * ASTRA_GB, float(spec["latency"][d]) * 1e-9
         group = b.group(f"dim{d}", CAPACITY, bw)
         common = dict(tier=f"dim{d}", site="astra", group=group, latency=lat, length_km=0.0, coef=1.0)
         base = [i for i in range(total) if (i // strides[d]) % n == 0]

@@ -334,7 +334,8 @@ def prepare_trace(trace: Trace, router: Router, *, gpus=None, policy: str = "ecm
         raise TraceError(f"{trace.prefix}: the trace has {R} ranks, but the fabric has {G} GPUs")
     if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or chunks < 1:
         raise TraceError(f"chunks: must be an integer >= 1, got {chunks!r}")
-    if reduce_bandwidth is not None and not (np.isfinite(reduce_bandwidth) and reduce_bandwidth > 0):
+    if reduce_bandwidth is not None and not (isinstance(reduce_bandwidth, (int, float)) and not isinstance(
+            reduce_bandwidth, bool) and np.isfinite(reduce_bandwidth) and reduce_bandwidth > 0):
         raise TraceError(f"reduce_bandwidth: must be > 0 bytes/s (or None), got {reduce_bandwidth!r}")
 
     def reduce_s(kind, nbytes, n):
