@@ -28,7 +28,7 @@ def test_names_resolve_and_unknown_names_list_the_known_ones():
                                           ("queue_packets", np.inf), ("initial_window", 0.0), ("window", -5.0),
                                           ("rtt_exponent", np.nan), ("restart_window", 0.0), ("segment", -1.0),
                                           ("contention", -0.1), ("contention_flows", 0.0), ("regrowth", np.inf),
-                                          ("hop_exponent", -1.0)])
+                                          ("hop_exponent", -1.0), ("ack_bytes", -54.0), ("ack_every", 0.0)])
 def test_bad_fields_name_the_field(field, value):
     with pytest.raises(ValueError, match=f"transport.{field}: must be"):
         fm.Transport(**{field: value})
@@ -188,6 +188,42 @@ def test_rtt_exponent_shares_a_link_by_rtt():
     np.testing.assert_allclose(rates, [8.0, 2.0], rtol=1e-9)
 
 
+def test_acks_take_their_bytes_where_links_carry_data_both_ways():
+    """Two hosts, a link each way: a flow each way gives every link one flow's data and the other's ACKs,
+    54 bytes every 2 segments; one flow alone loses nothing (its ACKs cross an idle link)."""
+    tr = fm.Transport(ack_bytes=54.0, ack_every=2.0)
+    cap, size = np.array([1.25e9, 1.25e9]), 1e8
+    back = fm.fabric.reverse_links([0, 1], [1, 0])
+    assert back.tolist() == [1, 0]
+    both = fm.completion_times([[0], [1]], [size, size], cap, transport=tr, reverse=back)
+    np.testing.assert_allclose(both, size / (1.25e9 * (1 - 54 / (2 * 1448))), rtol=1e-12)
+    np.testing.assert_allclose(fm.completion_times([[0], [1]], [size, size], cap, transport=tr), size / 1.25e9,
+                               rtol=1e-12)  # no way back given: ACKs are free
+    np.testing.assert_allclose(fm.completion_times([[0]], [size], cap, transport=tr, reverse=back), size / 1.25e9,
+                               rtol=1e-12)
+    # with goodput below 1 the ACK's wire bytes cost their share of payload
+    g = 0.964
+    both = fm.completion_times([[0], [1]], [size, size], cap, transport=dataclasses.replace(tr, goodput=g),
+                               reverse=back)
+    np.testing.assert_allclose(both, size / (1.25e9 * g * (1 - g * 54 / (2 * 1448))), rtol=1e-12)
+    # the gradient through the ACK load matches finite differences
+    _check_gradients(np.array([[0], [1], [0]]), np.array([1e8, 5e7, 2e7]), cap, np.array([1e-6, 2e-6]),
+                     fm.incidence(np.array([[0], [1], [0]]), 2), tr, reverse=back)
+
+
+def test_reverse_links_and_bad_reverse_input():
+    assert fm.fabric.reverse_links([0, 1, 1, 2, 0], [1, 0, 2, 1, 1]).tolist() == [1, 0, 3, 2, 1]  # first of twins
+    assert fm.fabric.reverse_links([0, 1], [1, 2]).tolist() == [-1, -1]
+    assert fm.fabric.reverse_links([], []).tolist() == []
+    tr = PROFILES["newreno"]
+    with pytest.raises(ValueError, match=r"reverse: expected int\[2\]"):
+        fm.completion_times([[0]], [1.0], [1.0, 1.0], transport=tr, reverse=[1])
+    with pytest.raises(ValueError, match=r"reverse: expected int\[2\]"):
+        fm.completion_times([[0]], [1.0], [1.0, 1.0], transport=tr, reverse=[1.0, 0.0])
+    with pytest.raises(ValueError, match=r"reverse\[1\]: must name a link in \[0, 2\) or be -1, got 2"):
+        fm.completion_times([[0]], [1.0], [1.0, 1.0], transport=tr, reverse=[1, 2])
+
+
 def test_gradients_match_finite_differences():
     routes = np.array([[0, 1], [1, 2], [0, 2], [1, -1]])
     sizes = np.array([4e6, 2e6, 3e6, 1e6])
@@ -222,9 +258,10 @@ def test_gradients_stay_finite_without_latency_or_packets():
     assert np.all(np.isfinite(np.asarray(g))) and float(jnp.sum(jnp.abs(g))) > 0
 
 
-def _check_gradients(routes, sizes, cap, lat, inc, tr):
+def _check_gradients(routes, sizes, cap, lat, inc, tr, reverse=None):
     def f(c, la, s):
-        return jnp.sum(fm.completion_times(routes, s, c, latency=la, incidence=inc, transport=tr) ** 2)
+        return jnp.sum(fm.completion_times(routes, s, c, latency=la, incidence=inc, transport=tr,
+                                           reverse=reverse) ** 2)
 
     grads = jax.grad(f, argnums=(0, 1, 2))(cap, lat, sizes)
     for arg, (x, g) in enumerate(zip((cap, lat, sizes), grads)):
@@ -265,9 +302,11 @@ def test_phase_time_applies_the_profile_exact_and_smooth():
     # the profile can only add: goodput below 1 and a start delay
     assert prof > bare
     delay = transport_inputs(PROFILES["cubic"], rp.sub.routes, rp.sub.sizes(rp.sizes), network.capacity,
-                             network.latency, jnp.ones(8), jnp.full(8, jnp.inf))[4]
+                             network.latency, jnp.ones(8), jnp.full(8, jnp.inf), info.reverse)[4]
     per_flow = float(rp.sub.sizes(rp.sizes)[0])
-    goodput_time = per_flow / (float(network.capacity[rp.sub.routes[0, 0]]) * PROFILES["cubic"].goodput)
+    # a ring: each GPU's uplink also carries the ACKs of the flow it receives, 54 bytes every 2 segments
+    g = PROFILES["cubic"].goodput
+    goodput_time = per_flow / (float(network.capacity[rp.sub.routes[0, 0]]) * g * (1 - g * 54 / (2 * 1448)))
     np.testing.assert_allclose(prof - bare, float(delay.max()) + goodput_time - per_flow /
                                float(network.capacity[rp.sub.routes[0, 0]]), rtol=1e-6)
     smooth = st.Options(transport="cubic", rates="smooth")

@@ -10,9 +10,10 @@ only the mean of
 result and never enter the search. Fixed by physics or by the validation setup, not fitted: goodput
 1448/1502 (payload per PPP frame), one RTT of handshake, one packet of store-and-forward per hop, the
 initial window (10 segments), one segment per RTT of regrowth, DCTCP's marking threshold (65 packets),
-the 2 segments its marked window falls to and its slow start (1 RTT per doubling), and the exponent of several
-bottlenecks (2 for DCTCP, 1.5 for NewReno and Cubic: 1 + the window's exponent in the mark or loss rate). The
-printed values are the constants of ``flowmodel/kernels/_transport.py``.
+the 2 segments its marked window falls to and its slow start (1 RTT per doubling), the exponent of several
+bottlenecks (2 for DCTCP, 1.5 for NewReno and Cubic: 1 + the window's exponent in the mark or loss rate), and
+the ACKs' bytes on the way back (54 every 2 segments). The printed values are the constants of
+``flowmodel/kernels/_transport.py``.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from ._network import apply_groups as apply_groups
 from ._network import compile_fabric as compile_fabric
 from ._network import compile_table as compile_table
 from ._network import group_values as group_values
+from ._network import reverse_links as reverse_links
 from ._network import to_networkx as to_networkx
 from ._spec import FIBRE_DELAY_S_PER_KM as FIBRE_DELAY_S_PER_KM
 from ._spec import Clos as Clos

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 from collections.abc import Mapping
 
 import equinox as eqx
@@ -58,6 +59,19 @@ class LinkGroup:
         return self.coef * value if self.kind == CAPACITY else self.coef / value
 
 
+def reverse_links(src, dst) -> np.ndarray:
+    """int64[L]: for each link ``src[l] -> dst[l]`` the first link ``dst[l] -> src[l]``, else -1."""
+    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    if src.size == 0:
+        return np.zeros(0, np.int64)
+    n = int(max(src.max(), dst.max())) + 1
+    key = src * n + dst
+    order = np.argsort(key, kind="stable")  # the first link of equal ends comes first
+    at = np.minimum(np.searchsorted(key[order], dst * n + src), key.size - 1)
+    found = key[order][at] == dst * n + src
+    return np.where(found, order[at], -1).astype(np.int64)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class FabricInfo:
     """Names and tags of a compiled fabric; link ``i`` runs from ``nodes[src[i]]`` to ``nodes[dst[i]]``."""
@@ -79,6 +93,11 @@ class FabricInfo:
     @property
     def num_links(self) -> int:
         return self.src.shape[0]
+
+    @functools.cached_property
+    def reverse(self) -> np.ndarray:
+        """int64[L]: the link back from each link's end to its start (its ACKs' way), -1 where none."""
+        return reverse_links(self.src, self.dst)
 
     @property
     def num_gpus(self) -> int:

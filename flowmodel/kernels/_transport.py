@@ -42,6 +42,11 @@ they are:
   window halves by the marked fraction; 1/2 for Reno's and Cubic's square-root law). Physics, not
   fitted: a parking lot's 3-hop flow gets 1/10 of each link under DCTCP (ns-3: 0.09) and 1/6 under
   NewReno and Cubic (ns-3: 0.17-0.18), where max-min gives it half.
+- ACKs (``ack_bytes`` wire bytes every ``ack_every`` segments, where the caller says which link carries
+  each link's ACKs back, ``reverse``): a flow's ACKs ride the reverse of its route at its static fair
+  share times ``ack_bytes / (ack_every x segment)`` and take that from the wire of the links they cross.
+  It matters where links carry data both ways: a ring's uplink carries its own flow and the ACKs of the
+  flow it receives (54-byte ACKs every 2 segments: 1.8% of the link). Physics, not fitted.
 - ``window``: bytes in flight per flow; the rate is capped at ``window / RTT``.
 
 RTT of a flow = twice its route latency + one packet's serialization on every hop + its bottleneck
@@ -67,6 +72,7 @@ from ._incidence import link_sums, pad_routes
 
 TCP_GOODPUT = 1448.0 / 1502.0  # payload of a 1500-byte IPv4 packet with TCP timestamps, over its PPP frame
 WIRE_PACKET = 1502.0
+WIRE_ACK = 54.0  # a bare ACK with timestamps: 20 IP + 32 TCP + 2 PPP bytes
 # how sharply a hop's fair share must match the flow's tightest to count as one of its bottlenecks: a hop at
 # 0.95 of it counts 0.44, at 0.9 0.19, at half 0 (a near-indicator that stays smooth in capacity)
 HOP_TIGHTNESS = 16.0
@@ -88,6 +94,8 @@ class Transport:
     contention: float = 0.0
     contention_flows: float = 1.0
     hop_exponent: float = 0.0
+    ack_bytes: float = 0.0  # wire bytes of an ACK; 0: ACKs take no capacity
+    ack_every: float = 2.0  # segments per ACK (delayed ACKs)
     rtt_exponent: float = 0.0
     queue_packets: float = 0.0
     packet_bytes: float = 0.0  # wire bytes of a packet (store-and-forward, queue); 0: a fluid without packets
@@ -98,12 +106,12 @@ class Transport:
             raise ValueError(f"transport.{field}: must be {want}, got {getattr(self, field)!r}")
 
         for field in ("handshake_rtts", "slow_start", "mark_packets", "regrowth", "contention", "hop_exponent",
-                      "rtt_exponent", "queue_packets", "packet_bytes"):
+                      "ack_bytes", "rtt_exponent", "queue_packets", "packet_bytes"):
             v = getattr(self, field)
             if not (isinstance(v, (int, float)) and np.isfinite(v) and v >= 0):
                 bad(field, ">= 0")
         for field, unit in (("initial_window", " bytes"), ("segment", " bytes"), ("restart_window", " segments"),
-                            ("contention_flows", "")):
+                            ("contention_flows", ""), ("ack_every", " segments")):
             v = getattr(self, field)
             if not (isinstance(v, (int, float)) and np.isfinite(v) and v > 0):
                 bad(field, f"> 0{unit}")
@@ -126,16 +134,20 @@ class Transport:
 # store-and-forward per hop, regrowth of one segment per RTT (additive increase; Cubic's curve is faster on
 # long links), DCTCP's marking threshold (the setup's K), the 2 segments a marked window falls to (alpha
 # starts at 1 and halves every marked window down to the 2-segment floor of ns-3 and Linux), and DCTCP's
-# slow start (1 RTT per doubling: it ends at K, so the fit cannot see it), and the exponent of several bottlenecks
-# (1 + the window's exponent in the mark or loss rate; the fit ran with it on).
-_TCP = dict(goodput=TCP_GOODPUT, packet_bytes=WIRE_PACKET, handshake_rtts=1.0, regrowth=1.0)
+# slow start (1 RTT per doubling: it ends at K, so the fit cannot see it), the exponent of several bottlenecks
+# (1 + the window's exponent in the mark or loss rate), and the ACKs' bytes (a 54-byte frame, 20 IP + 32 TCP
+# with timestamps + 2 PPP, every 2 segments); the fit ran with them on.
+_TCP = dict(goodput=TCP_GOODPUT, packet_bytes=WIRE_PACKET, handshake_rtts=1.0, regrowth=1.0, ack_bytes=WIRE_ACK,
+            ack_every=2.0)
 PROFILES = {
-    "newreno": Transport("newreno", **_TCP, slow_start=1.543, rtt_exponent=1.838, contention=0.8934,
-                         contention_flows=3.233, hop_exponent=1.5),
-    "cubic": Transport("cubic", **_TCP, slow_start=1.004, rtt_exponent=1.269, contention=0.07776,
-                       contention_flows=1.581, hop_exponent=1.5),
-    "dctcp": Transport("dctcp", **_TCP, slow_start=1.0, rtt_exponent=1.098, contention=0.356, contention_flows=0.7291,
-                       mark_packets=65.0, restart_window=2.0, hop_exponent=2.0),
+    "newreno": Transport("newreno", **_TCP, slow_start=1.543, rtt_exponent=1.838, contention=0.8836,
+                         contention_flows=3.569, hop_exponent=1.5),
+    # Cubic's contention came out far past its saturation: in effect 2.5e-4 x (n - 1)(m - 1), n and m its flows
+    # here and elsewhere
+    "cubic": Transport("cubic", **_TCP, slow_start=1.003, rtt_exponent=1.269, contention=2220.0,
+                       contention_flows=2981.0, hop_exponent=1.5),
+    "dctcp": Transport("dctcp", **_TCP, slow_start=1.0, rtt_exponent=1.098, contention=0.3232,
+                       contention_flows=0.6442, mark_packets=65.0, restart_window=2.0, hop_exponent=2.0),
 }
 ALIASES = {"tcp": "newreno"}  # ns-3's default TCP
 
@@ -152,10 +164,12 @@ def transport_profile(transport: str | Transport | None) -> Transport | None:
     raise ValueError(f"transport: unknown profile {transport!r}; known: {known} (or a Transport, or None)")
 
 
-def transport_inputs(transport: Transport, routes, sizes, capacity, latency, weights, rate_limit):
+def transport_inputs(transport: Transport, routes, sizes, capacity, latency, weights, rate_limit, reverse=None):
     """The fluid inputs a profile implies: ``(sizes, capacity, weights, rate_limit, start_delay[F])``.
 
     ``routes`` int[F, H] (-1 pads); the rest as in ``completion_times`` (weights / rate_limit float[F]).
+    ``reverse``: int[L] the link that carries each link's ACKs back (-1: none), or None: ACKs take no
+    capacity (``fabric.reverse_links`` builds it from the links' ends).
     """
     routes, capacity, latency = jnp.asarray(routes), jnp.asarray(capacity), jnp.asarray(latency)
     L = capacity.shape[0]
@@ -175,6 +189,8 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
         finite = jnp.isfinite(cap)  # an infinite link stays infinite, and passes no NaN back
         cap = jnp.where(finite, jnp.where(finite, cap, 1.0) / (1.0 + transport.contention * here[:L] * elsewhere[:L]),
                         cap)
+    if transport.ack_bytes and reverse is not None:
+        cap = _acks_taken(transport, padded, hop, cap, jnp.asarray(reverse), L)
     cap_ext = jnp.concatenate([cap, jnp.full((1,), jnp.inf, cap.dtype)])
     lat_ext = jnp.concatenate([latency, jnp.zeros((1,), latency.dtype)])
     hop_cap = cap_ext[padded]
@@ -238,6 +254,23 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
         ok = rtt > 0
         rate_limit = jnp.minimum(rate_limit, jnp.where(ok, transport.window / jnp.where(ok, rtt, 1.0), jnp.inf))
     return sizes, cap, weights, rate_limit, delay
+
+
+def _acks_taken(transport: Transport, padded, hop, cap, reverse, L):
+    """float[L] payload capacity left once every flow's ACKs, at its static fair share, are carried on
+    the reverse of its route (at most half a link: a guard, far above any real ACK load)."""
+    finite = jnp.isfinite(cap)
+    cap_ext = jnp.concatenate([cap, jnp.full((1,), jnp.inf, cap.dtype)])
+    flows_on = link_sums(padded, jnp.ones(padded.shape[0], cap.dtype), L + 1)
+    share = jnp.min(cap_ext[padded] / jnp.maximum(flows_on[padded], 1.0), axis=1)
+    ok = jnp.isfinite(share)
+    ack_rate = jnp.where(ok, share, 0.0) * transport.ack_bytes / (transport.ack_every * transport.segment)
+    back = jnp.concatenate([reverse, jnp.full((1,), -1, reverse.dtype)])[padded]
+    back = jnp.where(hop & (back >= 0), back, L)
+    acks = jax.ops.segment_sum(jnp.broadcast_to(ack_rate[:, None], padded.shape).reshape(-1), back.reshape(-1),
+                               num_segments=L + 1)[:L]
+    taken = jnp.minimum(acks * transport.goodput, 0.5 * jnp.where(finite, cap, 0.0))  # wire bytes, as payload
+    return jnp.where(finite, cap - taken, cap)
 
 
 def _linear_ramp(w0, target, sizes, rtt, step):

@@ -310,7 +310,7 @@ def _simulate_jit(routes, members, sizes, capacity, weights, rate_limit, start_t
 
 
 def _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, latency, incidence, check,
-                   transport=None, engine=None):
+                   transport=None, engine=None, reverse=None):
     transport = transport_profile(transport)
     engine = engine_for(engine)
     # a window, or a marking ramp's mean rate, caps flows
@@ -329,10 +329,17 @@ def _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, la
         _checks.check_values("sizes", sizes, positive=True, allow_inf=False)
         _checks.check_values("start_times", start_times, allow_inf=False)
         _checks.check_values("latency", latency, nonnegative=True, allow_inf=False)
+    if reverse is not None:
+        reverse = np.asarray(reverse)
+        if reverse.shape != (L,) or not np.issubdtype(reverse.dtype, np.integer):
+            raise ValueError(f"reverse: expected int[{L}] (a link per link, -1 for none), got {reverse.dtype}"
+                             f"{list(reverse.shape)}")
+        bad = np.flatnonzero((reverse < -1) | (reverse >= L))
+        if bad.size:
+            raise ValueError(f"reverse[{bad[0]}]: must name a link in [0, {L}) or be -1, got {reverse[bad[0]]}")
     if transport is not None:  # a profile only reshapes the inputs (see kernels/_transport.py)
         sizes, capacity, weights, rate_limit, delay = transport_inputs(transport, routes, sizes, capacity, latency,
-                                                                       weights,
-                                                                rate_limit)
+                                                                       weights, rate_limit, reverse)
         start_times = start_times + delay
     members = None
     if engine is Engine.XLA or incidence is not None:  # the host engine reads the routes (see maxmin_rates)
@@ -354,6 +361,7 @@ def completion_times(
     check: bool = True,
     transport: str | Transport | None = None,
     engine: Engine | str | None = None,
+    reverse: Int[Array, "L"] | None = None,
 ) -> Float[Array, "F"]:
     """Absolute time at which each flow's last byte is sent, under fluid max-min sharing.
 
@@ -371,6 +379,9 @@ def completion_times(
         fitted against ns-3) or a ``Transport``: header goodput and contention on capacity, a start
         delay (handshake, slow start, queueing, DCTCP's marking ramp), regrowth bytes, RTT-dependent
         weights and window caps (``kernels/_transport.py``).
+      reverse: int[L] the link carrying each link's ACKs back (-1: none; ``fabric.reverse_links(src,
+        dst)`` from the links' ends, ``FabricInfo.reverse``): with a transport profile, ACKs take their
+        bytes from those links.
       engine: an :class:`Engine` or its name: ``"host"`` (the compiled CPU event loop, through a
         callback; batched under ``vmap``), ``"xla"`` (the JAX event loop, for accelerators) or None /
         ``"auto"`` (host on a CPU backend, else xla), as in ``maxmin_rates``. Both give the same
@@ -394,17 +405,17 @@ def completion_times(
     [2.5, 4.5]
     """
     args = _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, latency, incidence, check,
-                          transport, engine)
+                          transport, engine, reverse)
     return _finish_jit(*args)
 
 
 def completion_events(routes, sizes, capacity, *, weights=None, rate_limit=None, start_times=None,
                       latency=None, incidence: Incidence | None = None, check: bool = True,
                       transport: str | Transport | None = None,
-                      engine: Engine | str | None = None) -> tuple[Array, Events]:
+                      engine: Engine | str | None = None, reverse=None) -> tuple[Array, Events]:
     """``completion_times`` plus the :class:`Events` it simulated (how many, when, and why)."""
     args = _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, latency, incidence, check,
-                          transport, engine)
+                          transport, engine, reverse)
     return _simulate_jit(*args)
 
 

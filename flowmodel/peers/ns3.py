@@ -8,11 +8,11 @@ extra /32 address per flow and every node on the route has a static host route f
 no per-flow ECMP, and routing differences swamp every TCP effect, so routes are never left to ns-3.
 
 TCP is configured as a datacenter stack, not ns-3's defaults: 1448-byte segments (a 1500-byte MTU with
-timestamps), MinRto 1 ms (clock granularity 1 ms), delayed ACKs every 2 segments with a 50 us
-timeout (far below MinRto), initial window 10 segments, SACK on, socket buffers of ``window`` bytes
-(large by default, so that only congestion limits a flow). Queues: ``newreno`` and ``cubic`` use a
-drop-tail device queue of ``buffer`` packets (ns-3's default FqCoDel queue disc is removed), and a
-long link's ports at least one bandwidth-delay product of it;
+timestamps), MinRto 1 ms (clock granularity 1 ms), delayed ACKs every ``ack_every`` segments (2, as
+Linux does) with a 50 us timeout (far below MinRto), initial window 10 segments, SACK on, socket
+buffers of ``window`` bytes (large by default, so that only congestion limits a flow). Queues:
+``newreno`` and ``cubic`` use a drop-tail device queue of ``buffer`` packets (ns-3's default FqCoDel
+queue disc is removed), and a long link's ports at least one bandwidth-delay product of it;
 ``dctcp`` RED as a step ECN marker at ``dctcp_k`` packets on switch ports and, on the hosts' NICs (the
 flows' end nodes), FqCoDel marking CE above ``dctcp_k`` packets of sojourn: with RED on the NICs too, a
 ring on one switch (every NIC carrying data and the reverse flow's ACKs) ran at 70% of the link rate
@@ -67,10 +67,12 @@ def available() -> bool:
 
 def instance(routes, sizes, capacity, link_src, link_dst, *, latency=None, start_times=None,
              variant: str = "dctcp", window: float | None = None, buffer: int = 400, dctcp_k: int = 65,
-             seed: int = 1) -> dict:
+             seed: int = 1, ack_every: int = 2) -> dict:
     """Check one instance and pack it for the child (arrays in SI units; see :func:`completion_times`)."""
     if variant not in VARIANTS:
         raise ValueError(f"variant: must be one of {', '.join(VARIANTS)}, got {variant!r}")
+    if isinstance(ack_every, bool) or not isinstance(ack_every, (int, np.integer)) or ack_every < 1:
+        raise ValueError(f"ack_every: must be an integer >= 1 (segments per ACK), got {ack_every!r}")
     routes = np.atleast_2d(np.asarray(routes, np.int64))
     F = routes.shape[0]
     capacity = np.asarray(capacity, np.float64)
@@ -106,7 +108,7 @@ def instance(routes, sizes, capacity, link_src, link_dst, *, latency=None, start
             raise ValueError(f"routes[{f}]: starts and ends at node {link_src[hops[0]]}")
     return dict(routes=routes, sizes=sizes, capacity=capacity, latency=latency, link_src=link_src, link_dst=link_dst,
                 start_times=start_times, variant=np.array(variant), window=np.float64(window or 0.0),
-                buffer=np.int64(buffer), dctcp_k=np.int64(dctcp_k), seed=np.int64(seed))
+                buffer=np.int64(buffer), dctcp_k=np.int64(dctcp_k), seed=np.int64(seed), ack_every=np.int64(ack_every))
 
 
 def run(instances: list[dict], *, timeout: float = 1800.0) -> list[Result]:
@@ -136,7 +138,7 @@ def run(instances: list[dict], *, timeout: float = 1800.0) -> list[Result]:
 
 def completion_times(routes, sizes, capacity, link_src, link_dst, *, latency=None, start_times=None,
                      variant: str = "dctcp", window: float | None = None, buffer: int = 400, dctcp_k: int = 65,
-                     seed: int = 1, timeout: float = 1800.0) -> Result:
+                     seed: int = 1, ack_every: int = 2, timeout: float = 1800.0) -> Result:
     """Per-flow finish times of TCP ``variant`` in ns-3, every flow pinned to its route.
 
     Args:
@@ -147,9 +149,11 @@ def completion_times(routes, sizes, capacity, link_src, link_dst, *, latency=Non
       start_times: float[F] s.  variant: one of ``VARIANTS``.
       window: socket buffer bytes (send and receive) per connection; None: 64 MiB.
       buffer: queue per port (packets).  dctcp_k: DCTCP marking threshold (packets).
+      ack_every: the receiver's delayed-ACK count (segments per ACK; 1 ACKs every segment).
     """
     return run([instance(routes, sizes, capacity, link_src, link_dst, latency=latency, start_times=start_times,
-                         variant=variant, window=window, buffer=buffer, dctcp_k=dctcp_k, seed=seed)],
+                         variant=variant, window=window, buffer=buffer, dctcp_k=dctcp_k, seed=seed,
+                         ack_every=ack_every)],
                timeout=timeout)[0]
 
 
@@ -181,7 +185,7 @@ def _simulate(ns, data) -> dict:
         ("ns3::TcpL4Protocol::SocketType", ns.TypeIdValue(ns.TypeId.LookupByName(socket))),
         ("ns3::TcpSocket::SegmentSize", ns.UintegerValue(SEGMENT)),
         ("ns3::TcpSocket::InitialCwnd", ns.UintegerValue(10)),
-        ("ns3::TcpSocket::DelAckCount", ns.UintegerValue(2)),
+        ("ns3::TcpSocket::DelAckCount", ns.UintegerValue(int(data["ack_every"]))),
         ("ns3::TcpSocket::DelAckTimeout", ns.TimeValue(ns.MicroSeconds(50))),
         ("ns3::TcpSocket::SndBufSize", ns.UintegerValue(int(window))),
         ("ns3::TcpSocket::RcvBufSize", ns.UintegerValue(int(window))),

@@ -191,18 +191,21 @@ def _rate_limit(sub: SubFlows, latency, congestion: Congestion | None):
     return window_limited_rate(sub.routes, latency, congestion.window * jnp.asarray(sub.fraction))
 
 
-def _transported(options: Options, sub: SubFlows, sizes, capacity, latency, weights, limit):
+def _transported(options: Options, sub: SubFlows, sizes, capacity, latency, weights, limit, reverse=None):
     """``(sizes, capacity, weights, rate_limit, start delay or None)`` under the options' transport profile.
 
     The same transform as ``completion_times(..., transport=...)``, without the fluid activation
-    latency, which the phase's latency term already counts.
+    latency, which the phase's latency term already counts. ``reverse``: the fabric's way back per
+    link (``FabricInfo.reverse``), -1 beyond it.
     """
     if options.transport is None:
         return sizes, capacity, weights, limit, None
     F = sizes.shape[0]
     weights = jnp.ones(F) if weights is None else jnp.broadcast_to(weights, (F,))
     limit = jnp.full(F, jnp.inf) if limit is None else limit
-    return transport_inputs(options.transport, sub.routes, sizes, capacity, latency, weights, limit)
+    if reverse is not None:  # appended links (a host's, a site's storage) have no way back
+        reverse = np.concatenate([reverse, np.full(capacity.shape[0] - reverse.shape[0], -1, np.int64)])
+    return transport_inputs(options.transport, sub.routes, sizes, capacity, latency, weights, limit, reverse)
 
 
 def _route_latencies(sub: SubFlows, sizes, capacity, latency, bandwidth_time, congestion: Congestion | None):
@@ -338,6 +341,7 @@ class RoutedPhase:
     num_links: int = 0  # of the fabric the routes index (with the attached links, when there are some)
     attached: np.ndarray | None = None
     nccl: ProtocolModel | tuple[ProtocolModel, ...] | None = None  # per collective where the phase merges several
+    reverse: np.ndarray | None = None  # int64[num fabric links]: each link's way back, for a profile's ACKs
 
     @functools.cached_property
     def incidence(self) -> Incidence | None:
@@ -388,7 +392,8 @@ def route_phase(phase: Phase, router: Router, policy: str = "ecmp", *, seed: int
         sub = wcmp(cands, jnp.zeros(cands.links.shape[0]) if logits is None else logits)
     else:
         sub, cands = route(router, phase.src, phase.dst, policy, seed=seed, qps=qps, logits=logits), None
-    return RoutedPhase(phase, sub, phase.bytes, domain_of(router.info, sub.routes), cands, router.info.num_links)
+    return RoutedPhase(phase, sub, phase.bytes, domain_of(router.info, sub.routes), cands, router.info.num_links,
+                       reverse=router.info.reverse)
 
 
 def background_load(router: Router, src, dst, rate, *, policy: str = "ecmp", seed: int = 0, qps: int = 4,
@@ -431,7 +436,8 @@ def fluid_inputs(rp: RoutedPhase, capacity, latency, options: Options = EXACT, s
     sizes = sub.sizes(rp.sizes)
     limit = _rate_limit(sub, latency, options.congestion)
     starts = None if start_times is None else jnp.asarray(start_times)[sub.parent]
-    sizes, cap, weights, limit, delay = _transported(options, sub, sizes, capacity, latency, sub.weights(), limit)
+    sizes, cap, weights, limit, delay = _transported(options, sub, sizes, capacity, latency, sub.weights(), limit,
+                                                     rp.reverse)
     if delay is not None:
         starts = delay if starts is None else starts + delay
     return sizes, cap, weights, limit, starts
