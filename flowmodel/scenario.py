@@ -58,7 +58,6 @@ from .steptime import (
 )
 from .traffic import RL, Agentic, Background, Inference, Recommendation, Training
 
-
 # scenario key -> planner(job, info, router, policy=, seed=, qps=) of the workloads beside training, in the
 # order of steptime.KINDS
 PLANNERS = {"recommendation": plan_recommendation, "rl": plan_rl, "agentic": plan_agentic}

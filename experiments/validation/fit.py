@@ -29,7 +29,6 @@ from scipy.optimize import minimize  # noqa: E402
 
 import flowmodel as fm  # noqa: E402
 
-
 # fitted per variant; the rest of a profile is physics or the validation setup (kernels/_transport.py)
 FITTED = {"newreno": ("slow_start", "rtt_exponent", "contention", "contention_flows"),
           "cubic": ("slow_start", "rtt_exponent", "contention", "contention_flows"),

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 
 import jax.numpy as jnp
-import numpy as np
 
 from ..fabric._network import FabricInfo, Network
 from ..routing import Router

@@ -21,6 +21,7 @@ Traceback (most recent call last):
 ValueError: parallelism: tp x cp x pp x dp = 8 x 1 x 16 x 128 = 16384 GPUs, but the fabric has 8192
 """
 
+from ._agentic import Agentic as Agentic
 from ._chakra import RankTrace as RankTrace
 from ._chakra import Trace as Trace
 from ._chakra import TraceError as TraceError
@@ -37,15 +38,14 @@ from ._collectives import broadcast as broadcast
 from ._collectives import bus_factor as bus_factor
 from ._collectives import channel_orders as channel_orders
 from ._collectives import double_binary_tree as double_binary_tree
-from ._collectives import reduce_scatter as reduce_scatter
 from ._collectives import per_dimension as per_dimension
+from ._collectives import reduce_scatter as reduce_scatter
+from ._collectives import send_recv as send_recv
 from ._nccl import PROTOCOLS as PROTOCOLS
 from ._nccl import ProtocolChoice as ProtocolChoice
 from ._nccl import ProtocolModel as ProtocolModel
 from ._nccl import nccl_protocol as nccl_protocol
 from ._nccl import protocol_model as protocol_model
-from ._collectives import send_recv as send_recv
-from ._agentic import Agentic as Agentic
 from ._recommendation import Recommendation as Recommendation
 from ._rl import RL as RL
 from ._serving import Serving as Serving
