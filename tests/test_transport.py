@@ -215,6 +215,10 @@ def test_reverse_links_and_bad_reverse_input():
     assert fm.fabric.reverse_links([0, 1, 1, 2, 0], [1, 0, 2, 1, 1]).tolist() == [1, 0, 3, 2, 1]  # first of twins
     assert fm.fabric.reverse_links([0, 1], [1, 2]).tolist() == [-1, -1]
     assert fm.fabric.reverse_links([], []).tolist() == []
+    with pytest.raises(ValueError, match=r"reverse_links: src and dst need one node per link each"):
+        fm.fabric.reverse_links([0, 1], [1])
+    with pytest.raises(ValueError, match=r"reverse_links: node ids must be >= 0, got -1"):
+        fm.fabric.reverse_links([-1, 0], [0, -1])
     tr = PROFILES["newreno"]
     with pytest.raises(ValueError, match=r"reverse: expected int\[2\]"):
         fm.completion_times([[0]], [1.0], [1.0, 1.0], transport=tr, reverse=[1])

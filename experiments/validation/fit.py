@@ -30,6 +30,10 @@ from scipy.optimize import minimize  # noqa: E402
 import flowmodel as fm  # noqa: E402
 
 # fitted per variant; the rest of a profile is physics or the validation setup (kernels/_transport.py)
+# the contention saturates within the flows the fit half has on a link (at most 15): past them it is not
+# identified, and a term still growing there extrapolates without bound to a fleet's all-to-all (unbounded, a
+# Cubic fit ran to the search's edge, k = e^8 = 2981: capacity / 48 at 512 flows; bounded at 64, to 64)
+UPPER = {"contention_flows": 16.0}
 FITTED = {"newreno": ("slow_start", "rtt_exponent", "contention", "contention_flows"),
           "cubic": ("slow_start", "rtt_exponent", "contention", "contention_flows"),
           "dctcp": ("rtt_exponent", "contention", "contention_flows")}
@@ -55,8 +59,10 @@ def fit(variant, cases, measured):
     start = fm.transport_profile(variant)
     names = FITTED[variant]
 
+    top = np.log([UPPER.get(n, np.exp(8.0)) for n in names])
+
     def profile(x):
-        return dataclasses.replace(start, **{n: float(v) for n, v in zip(names, np.exp(np.clip(x, -20, 8)))})
+        return dataclasses.replace(start, **{n: float(v) for n, v in zip(names, np.exp(np.clip(x, -20, top)))})
 
     best = None
     for flows in (1.0, 4.0, 16.0):

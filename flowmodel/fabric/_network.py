@@ -62,6 +62,11 @@ class LinkGroup:
 def reverse_links(src, dst) -> np.ndarray:
     """int64[L]: for each link ``src[l] -> dst[l]`` the first link ``dst[l] -> src[l]``, else -1."""
     src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    if src.ndim != 1 or src.shape != dst.shape:
+        raise ValueError(f"reverse_links: src and dst need one node per link each, got shapes {src.shape} and "
+                         f"{dst.shape}")
+    if src.size and min(src.min(), dst.min()) < 0:
+        raise ValueError(f"reverse_links: node ids must be >= 0, got {min(src.min(), dst.min())}")
     if src.size == 0:
         return np.zeros(0, np.int64)
     n = int(max(src.max(), dst.max())) + 1

@@ -142,10 +142,9 @@ _TCP = dict(goodput=TCP_GOODPUT, packet_bytes=WIRE_PACKET, handshake_rtts=1.0, r
 PROFILES = {
     "newreno": Transport("newreno", **_TCP, slow_start=1.543, rtt_exponent=1.838, contention=0.8836,
                          contention_flows=3.569, hop_exponent=1.5),
-    # Cubic's contention came out far past its saturation: in effect 2.5e-4 x (n - 1)(m - 1), n and m its flows
-    # here and elsewhere
-    "cubic": Transport("cubic", **_TCP, slow_start=1.003, rtt_exponent=1.269, contention=2220.0,
-                       contention_flows=2981.0, hop_exponent=1.5),
+    # Cubic's saturation sits at the fit's bound (16 flows, what the fit half has on a link; fit.py UPPER)
+    "cubic": Transport("cubic", **_TCP, slow_start=1.003, rtt_exponent=1.269, contention=0.2203,
+                       contention_flows=16.0, hop_exponent=1.5),
     "dctcp": Transport("dctcp", **_TCP, slow_start=1.0, rtt_exponent=1.098, contention=0.3232,
                        contention_flows=0.6442, mark_packets=65.0, restart_window=2.0, hop_exponent=2.0),
 }

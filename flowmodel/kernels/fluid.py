@@ -329,7 +329,7 @@ def _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, la
         _checks.check_values("sizes", sizes, positive=True, allow_inf=False)
         _checks.check_values("start_times", start_times, allow_inf=False)
         _checks.check_values("latency", latency, nonnegative=True, allow_inf=False)
-    if reverse is not None:
+    if reverse is not None and not _checks.is_traced(reverse):
         reverse = np.asarray(reverse)
         if reverse.shape != (L,) or not np.issubdtype(reverse.dtype, np.integer):
             raise ValueError(f"reverse: expected int[{L}] (a link per link, -1 for none), got {reverse.dtype}"
@@ -381,7 +381,8 @@ def completion_times(
         weights and window caps (``kernels/_transport.py``).
       reverse: int[L] the link carrying each link's ACKs back (-1: none; ``fabric.reverse_links(src,
         dst)`` from the links' ends, ``FabricInfo.reverse``): with a transport profile, ACKs take their
-        bytes from those links.
+        bytes from those links. The named profiles were fitted with it; without it ACKs are free
+        (1.8% optimistic on a link that carries data both ways).
       engine: an :class:`Engine` or its name: ``"host"`` (the compiled CPU event loop, through a
         callback; batched under ``vmap``), ``"xla"`` (the JAX event loop, for accelerators) or None /
         ``"auto"`` (host on a CPU backend, else xla), as in ``maxmin_rates``. Both give the same
