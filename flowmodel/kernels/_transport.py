@@ -131,9 +131,10 @@ class Transport:
 # 400-packet port buffers, DCTCP marking at 65 packets, long links buffered to one BDP): slow start and the RTT
 # exponent of NewReno and Cubic, and every variant's two contention constants (DCTCP's RTT exponent too).
 # Physics or the setup, not fitted: goodput, the handshake, the initial window and segment, one packet of
-# store-and-forward per hop, regrowth of one segment per RTT (additive increase; Cubic's curve is faster on
-# long links), DCTCP's marking threshold (the setup's K), the 2 segments a marked window falls to (alpha
-# starts at 1 and halves every marked window down to the 2-segment floor of ns-3 and Linux), and DCTCP's
+# store-and-forward per hop, regrowth of one segment per RTT (additive increase; Cubic, whose loss-cut window
+# stays above a long link's BDP when its ports hold one, regrows less there), DCTCP's marking threshold (the
+# setup's K), the 2 segments a marked window falls to (alpha starts at 1 and halves every marked window down
+# to the 2-segment floor of ns-3 and Linux), and DCTCP's
 # slow start (1 RTT per doubling: it ends at K, so the fit cannot see it), the exponent of several bottlenecks
 # (1 + the window's exponent in the mark or loss rate), and the ACKs' bytes (a 54-byte frame, 20 IP + 32 TCP
 # with timestamps + 2 PPP, every 2 segments); the fit ran with them on.
