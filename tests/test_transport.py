@@ -316,3 +316,32 @@ def test_phase_time_applies_the_profile_exact_and_smooth():
     smooth = st.Options(transport="cubic", rates="smooth")
     g = jax.grad(lambda c: st.phase_time(rp, c, network.latency, smooth))(network.capacity)
     assert np.all(np.isfinite(np.asarray(g))) and float(jnp.sum(jnp.abs(g))) > 0
+
+
+def test_the_step_time_takes_the_acks_on_fabric_links_and_none_on_appended_ones():
+    """A phase with appended links (a GPU's host link, ``steptime._attached``): the fabric's links carry
+    each flow's ACKs back (two GPUs sending to each other over a switch: every link one flow's data and
+    the other's ACKs), an appended link has no way back and keeps its capacity."""
+    from flowmodel import fabric as fb
+    from flowmodel.steptime._attached import Attached
+
+    fleet = fb.Fleet(sites=(fb.Site("a", scale_up=fb.ScaleUp(size=2, bandwidth=1e9, latency=0.0)),))
+    network, info = fb.compile_fabric(fb.build(fleet))
+    att = Attached.of(info, [0, 1], host_bandwidth=1e9)
+    size = 1e8
+
+    def path(a, b):  # GPU a -> its switch -> GPU b
+        up = int(np.flatnonzero(info.src == info.gpus[a])[0])
+        return [up, int(np.flatnonzero((info.src == info.dst[up]) & (info.dst == info.gpus[b]))[0])]
+
+    paths = [path(0, 1), path(1, 0), [att.host_in(0)]]
+    options = st.Options(transport=fm.Transport(ack_bytes=54.0, ack_every=2.0))
+    both = att.phase([0, 1], paths[:2], [size, size])
+    assert float(st.phase_time(both, network.capacity, network.latency, options)) == pytest.approx(
+        size / (1e9 * (1 - 54 / (2 * 1448))), rel=1e-9)
+    host = att.phase([0], paths[2:], [size])  # ACKs of a host link's flow have nowhere to go: no loss
+    assert float(st.phase_time(host, network.capacity, network.latency, options)) == pytest.approx(size / 1e9,
+                                                                                                     rel=1e-9)
+    one = att.phase([0], paths[:1], [size])  # one flow: its ACKs cross links that carry no data
+    assert float(st.phase_time(one, network.capacity, network.latency, options)) == pytest.approx(size / 1e9,
+                                                                                                    rel=1e-9)
