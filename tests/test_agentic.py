@@ -107,7 +107,8 @@ def test_pinned_phases_are_the_same_under_every_seed():
 
 BASE = """
 fabric:
-  sites: [{name: a, accelerator: b200_hgx, scale_out: {tiers: 2, gpus_per_leaf: 8, leaves_per_pod: 4, spines_per_pod: 4}}]
+  sites: [{name: a, accelerator: b200_hgx,
+           scale_out: {tiers: 2, gpus_per_leaf: 8, leaves_per_pod: 4, spines_per_pod: 4}}]
 workloads:
   agentic:
     - name: agent

@@ -147,7 +147,8 @@ def test_gradient_matches_finite_differences():
 
 BASE = """
 fabric:
-  sites: [{name: a, accelerator: h100_hgx, scale_out: {tiers: 2, gpus_per_leaf: 8, leaves_per_pod: 4, spines_per_pod: 4}}]
+  sites: [{name: a, accelerator: h100_hgx,
+           scale_out: {tiers: 2, gpus_per_leaf: 8, leaves_per_pod: 4, spines_per_pod: 4}}]
 workloads:
   rl:
     - name: rl

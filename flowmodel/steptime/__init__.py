@@ -62,7 +62,7 @@ from ._reliability import optimal_interval as optimal_interval
 from ._reliability import simulate as simulate
 from ._reliability import young_daly as young_daly
 from ._rl import RLPlan as RLPlan
-from ._rl import iteration_time as rl_iteration_time
+from ._rl import iteration_time as rl_iteration_time  # noqa: F401  (public, renamed beside recommendation's)
 from ._rl import plan_rl as plan_rl
 from ._schedule import Schedule as Schedule
 from ._schedule import ScheduleTimes as ScheduleTimes
