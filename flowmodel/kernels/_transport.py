@@ -189,8 +189,9 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
         finite = jnp.isfinite(cap)  # an infinite link stays infinite, and passes no NaN back
         cap = jnp.where(finite, jnp.where(finite, cap, 1.0) / (1.0 + transport.contention * here[:L] * elsewhere[:L]),
                         cap)
+    flows_on = link_sums(padded, jnp.ones(routes.shape[0], cap.dtype), L + 1)
     if transport.ack_bytes and reverse is not None:
-        cap = _acks_taken(transport, padded, hop, cap, jnp.asarray(reverse), L)
+        cap = _acks_taken(transport, padded, hop, cap, flows_on, jnp.asarray(reverse), L)
     cap_ext = jnp.concatenate([cap, jnp.full((1,), jnp.inf, cap.dtype)])
     lat_ext = jnp.concatenate([latency, jnp.zeros((1,), latency.dtype)])
     hop_cap = cap_ext[padded]
@@ -200,7 +201,6 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
     ok_b = jnp.isfinite(bottleneck)
     queue = jnp.where(ok_b, transport.queue_packets * transport.packet_bytes / jnp.where(ok_b, bottleneck, 1.0), 0.0)
     rtt = 2 * jnp.sum(lat_ext[padded], axis=1) + serialize + queue
-    flows_on = link_sums(padded, jnp.ones(routes.shape[0], cap.dtype), L + 1)
     hop_share = hop_cap / jnp.maximum(flows_on[padded], 1.0)
     share = jnp.min(hop_share, axis=1)
     ok_s = jnp.isfinite(share)
@@ -256,12 +256,11 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
     return sizes, cap, weights, rate_limit, delay
 
 
-def _acks_taken(transport: Transport, padded, hop, cap, reverse, L):
+def _acks_taken(transport: Transport, padded, hop, cap, flows_on, reverse, L):
     """float[L] payload capacity left once every flow's ACKs, at its static fair share, are carried on
     the reverse of its route (at most half a link: a guard, far above any real ACK load)."""
     finite = jnp.isfinite(cap)
     cap_ext = jnp.concatenate([cap, jnp.full((1,), jnp.inf, cap.dtype)])
-    flows_on = link_sums(padded, jnp.ones(padded.shape[0], cap.dtype), L + 1)
     share = jnp.min(cap_ext[padded] / jnp.maximum(flows_on[padded], 1.0), axis=1)
     ok = jnp.isfinite(share)
     ack_rate = jnp.where(ok, share, 0.0) * transport.ack_bytes / (transport.ack_every * transport.segment)

@@ -203,7 +203,7 @@ def _transported(options: Options, sub: SubFlows, sizes, capacity, latency, weig
     F = sizes.shape[0]
     weights = jnp.ones(F) if weights is None else jnp.broadcast_to(weights, (F,))
     limit = jnp.full(F, jnp.inf) if limit is None else limit
-    if reverse is not None:  # appended links (a host's, a site's storage) have no way back
+    if reverse is not None and reverse.shape[0] < capacity.shape[0]:  # appended links have no way back
         reverse = np.concatenate([reverse, np.full(capacity.shape[0] - reverse.shape[0], -1, np.int64)])
     return transport_inputs(options.transport, sub.routes, sizes, capacity, latency, weights, limit, reverse)
 
