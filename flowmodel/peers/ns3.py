@@ -231,9 +231,9 @@ def _simulate(ns, data) -> dict:
         p2p.SetChannelAttribute("Delay", ns.TimeValue(ns.NanoSeconds(int(round(latency[fwd] * 1e9)))))
         devs = p2p.Install(nodes.Get(u), nodes.Get(v))
         back = reverse.get(c, fwd)
-        for k, link in ((0, fwd), (1, back)):
+        for side, link in ((0, fwd), (1, back)):
             bps = int(round(capacity[link] * 8))
-            devs.Get(k).SetAttribute("DataRate", ns.DataRateValue(ns.DataRate(bps)))
+            devs.Get(side).SetAttribute("DataRate", ns.DataRateValue(ns.DataRate(bps)))
         ifc = addresses.Assign(devs)
         addresses.NewNetwork()
         if variant != "fqcodel":
