@@ -245,7 +245,8 @@ def test_gradients_match_finite_differences_through_ramps_and_contention():
     sizes = np.array([4e7, 2e6, 3e7, 1e6, 5e6])
     cap = np.array([1.25e9, 1.0e9, 1.5e9, np.inf])
     lat = np.array([2e-4, 5e-6, 3e-4, 1e-6])
-    tr = dataclasses.replace(PROFILES["dctcp"], contention=0.5, contention_flows=2.0)
+    tr = dataclasses.replace(PROFILES["dctcp"], contention=0.5, contention_flows=2.0, mark_packets=65.0,
+                             restart_window=2.0)
     grown, shrunk, _, capped, _ = transport_inputs(tr, routes, sizes, cap, lat, jnp.ones(5), jnp.full(5, jnp.inf))
     assert np.isfinite(np.asarray(capped)).any() and float(jnp.max(grown - sizes)) > 0  # the ramp and regrowth act
     # contention takes capacity from links 0 and 2, not from link 1, where flow 3 is free of other hops
@@ -256,7 +257,7 @@ def test_gradients_match_finite_differences_through_ramps_and_contention():
 
 def test_gradients_stay_finite_without_latency_or_packets():
     # no latency and no packets: every RTT is 0, so the ramps have nothing to act on, and no NaN may leak
-    tr = dataclasses.replace(PROFILES["dctcp"], packet_bytes=0.0)
+    tr = dataclasses.replace(PROFILES["dctcp"], packet_bytes=0.0, mark_packets=65.0, restart_window=2.0)
     routes, sizes, cap = np.array([[0, 1], [1, -1]]), np.array([2e6, 1e6]), np.array([1e9, 2e9])
     g = jax.grad(lambda c: jnp.sum(fm.completion_times(routes, sizes, c, transport=tr)))(cap)
     assert np.all(np.isfinite(np.asarray(g))) and float(jnp.sum(jnp.abs(g))) > 0
