@@ -41,8 +41,8 @@ they are:
   where queues dominate the RTT the window of a flow across m of them falls as ``m ** -(1 + b)``, b the
   exponent of the variant's response to its mark or loss rate p (window ~ p ** -b: 1 for DCTCP, whose
   window halves by the marked fraction; 1/2 for Reno's and Cubic's square-root law). Physics, not
-  fitted: a parking lot's 3-hop flow gets 1/10 of each link under DCTCP (ns-3: 0.09) and 1/6 under
-  NewReno and Cubic (ns-3: 0.17-0.18), where max-min gives it half.
+  fitted: a parking lot's 3-hop flow gets 1/6 of each link under NewReno and Cubic (ns-3: 0.17-0.18),
+  where max-min gives it half; 1/10 under DCTCP, where ns-3 at K = 65 gives it about 1/6 as well.
 - ACKs (``ack_bytes`` wire bytes every ``ack_every`` segments, where the caller says which link carries
   each link's ACKs back, ``reverse``): a flow's ACKs ride the reverse of its route at its static fair
   share times ``ack_bytes / (ack_every x segment)`` and take that from the wire of the links they cross.
