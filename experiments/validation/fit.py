@@ -4,16 +4,16 @@
 
 Per TCP variant, the fields of ``FITTED`` (NewReno's and Cubic's slow start, every variant's RTT
 exponent and its two contention constants) are chosen by Nelder-Mead (SciPy), from three starts (the
-shipped profile with the contention's saturation at 1, 4 and 16 flows), minimising over the fit cases
+shipped profile with the contention's saturation at 1, 4 and 16 flows; the saturation bounded to 0.1-16
+flows), minimising over the fit cases
 only the mean of
 ``makespan error ** 2 + (median per-flow error / 2) ** 2``. The held-out cases are evaluated once with the
 result and never enter the search. Fixed by physics or by the validation setup, not fitted: goodput
 1448/1502 (payload per PPP frame), one RTT of handshake, one packet of store-and-forward per hop, the
-initial window (10 segments), one segment per RTT of regrowth, DCTCP's marking threshold (65 packets),
-the 2 segments its marked window falls to and its slow start (1 RTT per doubling), the exponent of several
-bottlenecks (2 for DCTCP, 1.5 for NewReno and Cubic: 1 + the window's exponent in the mark or loss rate), and
-the ACKs' bytes on the way back (54 every 2 segments). The printed values are the constants of
-``flowmodel/kernels/_transport.py``.
+initial window (10 segments), one segment per RTT of regrowth, DCTCP's slow start (1 RTT per doubling,
+the standard's), the exponent of several bottlenecks (2 for DCTCP, 1.5 for NewReno and Cubic: 1 + the
+window's exponent in the mark or loss rate), and the ACKs' bytes on the way back (54 every 2 segments).
+The printed values are the constants of ``flowmodel/kernels/_transport.py``.
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ import flowmodel as fm  # noqa: E402
 # identified, and a term still growing there extrapolates without bound to a fleet's all-to-all (unbounded, a
 # Cubic fit ran to the search's edge, k = e^8 = 2981: capacity / 48 at 512 flows; bounded at 64, to 64)
 UPPER = {"contention_flows": 16.0}
+# and does not go below a tenth of a flow: there it is a step whose gradient grows as 1 / k, and float32's
+# rounding of byte counts (1e-7 of a link's bytes) reads as contention on links two flows share whole
+LOWER = {"contention_flows": 0.1}
 FITTED = {"newreno": ("slow_start", "rtt_exponent", "contention", "contention_flows"),
           "cubic": ("slow_start", "rtt_exponent", "contention", "contention_flows"),
           "dctcp": ("rtt_exponent", "contention", "contention_flows")}
@@ -60,9 +63,10 @@ def fit(variant, cases, measured):
     names = FITTED[variant]
 
     top = np.log([UPPER.get(n, np.exp(8.0)) for n in names])
+    bottom = np.log([LOWER.get(n, np.exp(-20.0)) for n in names])
 
     def profile(x):
-        return dataclasses.replace(start, **{n: float(v) for n, v in zip(names, np.exp(np.clip(x, -20, top)))})
+        return dataclasses.replace(start, **{n: float(v) for n, v in zip(names, np.exp(np.clip(x, bottom, top)))})
 
     best = None
     for flows in (1.0, 4.0, 16.0):

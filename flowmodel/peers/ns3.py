@@ -227,7 +227,7 @@ def _simulate(ns, data) -> dict:
         # a long link's ports buffer one bandwidth-delay product of it, and DCTCP marks at >= 1/7 of it (the
         # DCTCP paper's K > C x RTT / 7): with datacenter buffers and K a 1,000 km link ran at a few % of its rate
         bdp = max(capacity[fwd], capacity[reverse.get(c, fwd)]) * 2 * latency[fwd] / 1500
-        buffer, k = max(int(data["buffer"]), int(np.ceil(bdp))), max(float(data["dctcp_k"]), bdp / 7)
+        buffer, mark_k = max(int(data["buffer"]), int(np.ceil(bdp))), max(float(data["dctcp_k"]), bdp / 7)
         p2p.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize",
                      ns.QueueSizeValue(ns.QueueSize(f"{2 if queued else buffer}p")))
         p2p.SetChannelAttribute("Delay", ns.TimeValue(ns.NanoSeconds(int(round(latency[fwd] * 1e9)))))
@@ -245,12 +245,12 @@ def _simulate(ns, data) -> dict:
                     qdisc = ns.TrafficControlHelper()
                     size = ns.QueueSizeValue(ns.QueueSize(f"{buffer}p"))
                     if node in hosts:  # a host's fq qdisc, marking CE above K packets' worth of sojourn
-                        ce = ns.NanoSeconds(int(k * WIRE / capacity[fwd if side == 0 else back] * 1e9))
+                        ce = ns.NanoSeconds(int(mark_k * WIRE / capacity[fwd if side == 0 else back] * 1e9))
                         qdisc.SetRootQueueDisc("ns3::FqCoDelQueueDisc", "UseEcn", ns.BooleanValue(True),
                                                "CeThreshold", ns.TimeValue(ce), "MaxSize", size)
                     else:  # a switch port: RED as a step marker at K
-                        qdisc.SetRootQueueDisc("ns3::RedQueueDisc", "MinTh", ns.DoubleValue(k),
-                                               "MaxTh", ns.DoubleValue(k + 1), "MaxSize", size)
+                        qdisc.SetRootQueueDisc("ns3::RedQueueDisc", "MinTh", ns.DoubleValue(mark_k),
+                                               "MaxTh", ns.DoubleValue(mark_k + 1), "MaxSize", size)
                     qdisc.Install(ns.NetDeviceContainer(devs.Get(side)))
         devices.append(devs)
         iface.append(ifc)
@@ -272,13 +272,13 @@ def _simulate(ns, data) -> dict:
         c0, k0 = int(channel[hops[0]]), int(end[hops[0]])
         src_addr = iface[c0].GetAddress(k0)
         for link in hops:
-            c, k = int(channel[link]), int(end[link])
+            ch, side = int(channel[link]), int(end[link])
             u, v = int(link_src[link]), int(link_dst[link])
-            out_u = ipv4(u).GetInterfaceForDevice(devices[c].Get(k))
-            out_v = ipv4(v).GetInterfaceForDevice(devices[c].Get(1 - k))
-            static.GetStaticRouting(ipv4(u)).AddHostRouteTo(dst_addr, iface[c].GetAddress(1 - k), out_u)
+            out_u = ipv4(u).GetInterfaceForDevice(devices[ch].Get(side))
+            out_v = ipv4(v).GetInterfaceForDevice(devices[ch].Get(1 - side))
+            static.GetStaticRouting(ipv4(u)).AddHostRouteTo(dst_addr, iface[ch].GetAddress(1 - side), out_u)
             if link != hops[0]:
-                static.GetStaticRouting(ipv4(v)).AddHostRouteTo(src_addr, iface[c].GetAddress(k), out_v)
+                static.GetStaticRouting(ipv4(v)).AddHostRouteTo(src_addr, iface[ch].GetAddress(side), out_v)
         port = port_of[d] = port_of.get(d, 999) + 1
         sink_helper = ns.PacketSinkHelper("ns3::TcpSocketFactory",
                                           ns.InetSocketAddress(ns.Ipv4Address.GetAny(), port).ConvertTo())
