@@ -16,8 +16,9 @@ queue disc is removed), and a long link's ports at least one bandwidth-delay pro
 ``dctcp`` RED as a step ECN marker at ``dctcp_k`` packets on switch ports and, on the hosts' NICs (the
 flows' end nodes), FqCoDel marking CE above ``dctcp_k`` packets of sojourn (RED on the NICs too once ran
 a ring on one switch at 70% of the link rate, measured while the peer marked at 1 packet whatever K
-said; not rechecked); K is at least 1/7 of a long link's BDP; ``fqcodel`` NewReno over FqCoDel
-everywhere.
+said; not rechecked); K is at least C x RTT / 7 at each port (the DCTCP paper's rule), RTT the
+longest round trip of the flows through it, and the port's buffer at least 2K; ``fqcodel`` NewReno
+over FqCoDel everywhere.
 
 A finish time is FlowMonitor's time of the flow's last received packet: the sender's ACK of the
 receiver's FIN, about one RTT after the last data byte arrives (about 13 us after it for one 1.6 MB
@@ -223,11 +224,15 @@ def _simulate(ns, data) -> dict:
     hosts = {int(link_src[h[0]]) for h in flow_hops} | {int(link_dst[h[-1]]) for h in flow_hops}
     tc = ns.TrafficControlHelper()
     devices, iface = [], []
+    # the longest round trip of the flows through each link: DCTCP's K > C x RTT / 7 takes the paths' RTT (with
+    # each link's own, the hosts' NICs of two flows over 500 km marked at 65 packets: 4.6x Cubic's time)
+    path_rtt = np.zeros(len(link_src))
+    for h in flow_hops:
+        np.maximum.at(path_rtt, h, 2 * latency[h].sum())
     for c, (u, v, fwd) in enumerate(ends):
-        # a long link's ports buffer one bandwidth-delay product of it, and DCTCP marks at >= 1/7 of it (the
-        # DCTCP paper's K > C x RTT / 7): with datacenter buffers and K a 1,000 km link ran at a few % of its rate
+        # a long link's ports buffer one bandwidth-delay product of it
         bdp = max(capacity[fwd], capacity[reverse.get(c, fwd)]) * 2 * latency[fwd] / 1500
-        buffer, mark_k = max(int(data["buffer"]), int(np.ceil(bdp))), max(float(data["dctcp_k"]), bdp / 7)
+        buffer = max(int(data["buffer"]), int(np.ceil(bdp)))
         p2p.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize",
                      ns.QueueSizeValue(ns.QueueSize(f"{2 if queued else buffer}p")))
         p2p.SetChannelAttribute("Delay", ns.TimeValue(ns.NanoSeconds(int(round(latency[fwd] * 1e9)))))
@@ -242,10 +247,12 @@ def _simulate(ns, data) -> dict:
             tc.Uninstall(devs)
             if variant == "dctcp":
                 for side, node in ((0, u), (1, v)):
+                    link = fwd if side == 0 else back  # this side's egress
+                    mark_k = max(float(data["dctcp_k"]), bdp / 7, capacity[link] * path_rtt[link] / 1500 / 7)
                     qdisc = ns.TrafficControlHelper()
-                    size = ns.QueueSizeValue(ns.QueueSize(f"{buffer}p"))
+                    size = ns.QueueSizeValue(ns.QueueSize(f"{max(buffer, int(np.ceil(2 * mark_k)))}p"))
                     if node in hosts:  # a host's fq qdisc, marking CE above K packets' worth of sojourn
-                        ce = ns.NanoSeconds(int(mark_k * WIRE / capacity[fwd if side == 0 else back] * 1e9))
+                        ce = ns.NanoSeconds(int(mark_k * WIRE / capacity[link] * 1e9))
                         qdisc.SetRootQueueDisc("ns3::FqCoDelQueueDisc", "UseEcn", ns.BooleanValue(True),
                                                "CeThreshold", ns.TimeValue(ce), "MaxSize", size)
                     else:  # a switch port: RED as a step marker at K
