@@ -225,10 +225,11 @@ def _simulate(ns, data) -> dict:
     tc = ns.TrafficControlHelper()
     devices, iface = [], []
     # the longest round trip of the flows through each link: DCTCP's K > C x RTT / 7 takes the paths' RTT (with
-    # each link's own, the hosts' NICs of two flows over 500 km marked at 65 packets: 4.6x Cubic's time)
+    # each link's own, the near host's NIC of two flows over 500 km marked at 65 packets: 4.6x Cubic's time)
+    delay = latency[[fwd for _, _, fwd in ends]][channel]  # ns-3 gives a channel its forward link's delay
     path_rtt = np.zeros(len(link_src))
     for h in flow_hops:
-        np.maximum.at(path_rtt, h, 2 * latency[h].sum())
+        np.maximum.at(path_rtt, h, 2 * delay[h].sum())
     for c, (u, v, fwd) in enumerate(ends):
         # a long link's ports buffer one bandwidth-delay product of it
         bdp = max(capacity[fwd], capacity[reverse.get(c, fwd)]) * 2 * latency[fwd] / 1500
