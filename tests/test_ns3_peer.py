@@ -93,9 +93,9 @@ def test_dctcp_marks_at_its_threshold_k():
     """DCTCP over 40 Gbps, 1 us hops. A lone 0.39 MB flow: with K = 65 or 1,000 packets its slow start never
     queues K at the sender's NIC (FqCoDel's CE threshold), so it runs at NewReno's pace (93.5 against 93.9
     us); at K = 1 its first window is marked and it loses the regrowth (126 us). Two such flows into one
-    receiver queue at the switch's port (RED): 173.3 us at K = 65, as NewReno, and 193.8 us at K = 1. The
-    peer once marked every run at 1 packet whatever ``dctcp_k`` said (a loop reused the name): this fails
-    if it does again."""
+    receiver queue at the switch's port (RED): 173.3 us at K = 65, as NewReno, and 194.6 us at K = 1 (the
+    peer raises it to C x RTT / 7, 2.2 packets here). The peer once marked every run at 1 packet whatever
+    ``dctcp_k`` said (a loop reused the name): this fails if it does again."""
     _need_ns3()
     lone = (np.array([0, 1, 1, 2]), np.array([1, 0, 2, 1]), np.array([[0, 2]]))
     two = (np.array([0, 2, 1, 2, 2, 3]), np.array([2, 0, 2, 1, 3, 2]), np.array([[0, 4], [2, 4]]))

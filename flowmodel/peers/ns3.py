@@ -247,8 +247,7 @@ def _simulate(ns, data) -> dict:
         if variant != "fqcodel":
             tc.Uninstall(devs)
             if variant == "dctcp":
-                for side, node in ((0, u), (1, v)):
-                    link = fwd if side == 0 else back  # this side's egress
+                for side, node, link in ((0, u, fwd), (1, v, back)):  # link: this side's egress
                     mark_k = max(float(data["dctcp_k"]), bdp / 7, capacity[link] * path_rtt[link] / 1500 / 7)
                     qdisc = ns.TrafficControlHelper()
                     size = ns.QueueSizeValue(ns.QueueSize(f"{max(buffer, int(np.ceil(2 * mark_k)))}p"))
