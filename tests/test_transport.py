@@ -11,6 +11,7 @@ import pytest
 import flowmodel as fm
 from flowmodel import steptime as st
 from flowmodel.kernels import PROFILES, transport_inputs
+from flowmodel.kernels._transport import _marking_cut
 
 
 def test_names_resolve_and_unknown_names_list_the_known_ones():
@@ -26,7 +27,7 @@ def test_names_resolve_and_unknown_names_list_the_known_ones():
 
 @pytest.mark.parametrize("field, value", [("goodput", 0.0), ("goodput", 1.5), ("slow_start", -1.0),
                                           ("queue_packets", np.inf), ("initial_window", 0.0), ("window", -5.0),
-                                          ("rtt_exponent", np.nan), ("restart_window", 0.0), ("segment", -1.0),
+                                          ("rtt_exponent", np.nan), ("mark_bdp", -0.5), ("segment", -1.0),
                                           ("contention", -0.1), ("contention_flows", 0.0), ("regrowth", np.inf),
                                           ("hop_exponent", -1.0), ("ack_bytes", -54.0), ("ack_every", 0.0)])
 def test_bad_fields_name_the_field(field, value):
@@ -85,22 +86,49 @@ def _ramp_time(w0, size, rtt):
 def test_marking_ramp_in_closed_form():
     cap, lat = 1.25e9, 5e-4
     rtt = 2 * lat
-    tr = fm.Transport(mark_packets=65.0, restart_window=10.0, regrowth=1.0)
-    # 1 MB (its own target window: smaller than the link's 1.25 MB) ends inside the ramp: it runs at its mean
-    # rate there
-    near = fm.completion_times([[0]], [1e6], [cap], latency=[lat], transport=tr)
-    np.testing.assert_allclose(near, [lat + _ramp_time(10 * SEG, 1e6, rtt)], rtol=1e-12)
+    tr = fm.Transport(mark_packets=65.0, mark_bdp=1 / 7, regrowth=1.0)
+    # K = max(65 packets, BDP / 7): the BDP's seventh here; one flow in slow start alone is cut to (1 + sqrt 2) K
+    k = max(65 * SEG, cap * rtt / 7)
+    w0, target = (1 + np.sqrt(2)) * k, cap * rtt
+    # 2 MB (its target window the link's 1.25 MB) ends inside the ramp: it runs at its mean rate there
+    near = fm.completion_times([[0]], [2e6], [cap], latency=[lat], transport=tr)
+    np.testing.assert_allclose(near, [lat + _ramp_time(w0, 2e6, rtt)], rtol=1e-12)
     # 2 GB outlasts it: it loses the ramp's shortfall, (W - w0) / segment rounds at half the missing rate
-    target, w0 = cap * rtt, 10 * SEG
     lost = (target - w0) / SEG * rtt * (target - w0) / (2 * target)
     t = fm.completion_times([[0]], [2e9], [cap], latency=[lat], transport=tr)
     np.testing.assert_allclose(t, [lat + lost + 2e9 / cap], rtol=1e-12)
-    # a window below the marking threshold draws no marks: no ramp
-    t = fm.completion_times([[0]], [2e9], [cap], latency=[lat], transport=tr.with_window(60 * SEG))
-    np.testing.assert_allclose(t, [lat + 2e9 / (60 * SEG / rtt)], rtol=1e-12)
-    # the ramp only adds time, and more of it the longer the link
-    t_far = fm.completion_times([[0]], [1e6], [cap], latency=[10 * lat], transport=tr)
-    assert float(t_far[0]) - 10 * lat > float(near[0]) - lat
+    # a window below the cut's loses nothing to it; nor does a flow that ends before the marks return
+    t = fm.completion_times([[0]], [2e9], [cap], latency=[lat], transport=tr.with_window(200 * SEG))
+    np.testing.assert_allclose(t, [lat + 2e9 / (200 * SEG / rtt)], rtol=1e-12)
+    t = fm.completion_times([[0]], [1e6], [cap], latency=[lat], transport=tr)
+    np.testing.assert_allclose(t, [lat + 1e6 / cap], rtol=1e-12)
+    # in a datacentre (10 us) K = 65 packets is above the window: no ramp
+    t = fm.completion_times([[0]], [2e9], [cap], latency=[5e-6], transport=tr)
+    np.testing.assert_allclose(t, [5e-6 + 2e9 / cap], rtol=1e-12)
+    # the ramp only adds time, and more of it the longer the link (K and the target both grow with the RTT:
+    # the lost time as its square)
+    t_far = fm.completion_times([[0]], [2e10], [cap], latency=[3 * lat], transport=tr)
+    np.testing.assert_allclose(float(t_far[0]) - 3 * lat - 2e10 / cap, 9 * lost, rtol=1e-9)
+
+
+def test_marking_cut_counts_the_flows_in_slow_start_together():
+    cap, lat, size = 1.25e9, 5e-4, 2e9
+    tr = fm.Transport(mark_packets=65.0, mark_bdp=1 / 7, regrowth=1.0)
+
+    def cut(routes, latency):
+        rtt = 2 * latency[routes].sum(axis=1)
+        w0, marked = _marking_cut(tr, jnp.asarray(routes), jnp.asarray(routes) >= 0, jnp.array([cap, cap, cap, np.inf]),
+                                  jnp.asarray(rtt), jnp.array([2.0, 1.0, 1.0, 0.0]), jnp.full(2, size), 3)
+        return np.asarray(w0) / ((1 + np.sqrt(2)) * cap * 2 * lat / 7), np.asarray(marked)
+
+    # two flows of one RTT share link 0: each is cut to its half of K (link 1 alone would give it all of K)
+    w0, marked = cut(np.array([[0, 1], [0, 2]]), np.array([lat, 0.0, 0.0]))
+    np.testing.assert_allclose(w0, [0.5, 0.5], rtol=1e-12)
+    assert marked.all()
+    # RTTs 2x apart: not in slow start together, link 0 counts 1 + 2 ** -8 flows and sets its K for the longer
+    # RTT; the shorter's own link 1 (K by its RTT) marks it first
+    w0, _ = cut(np.array([[0, 1], [0, 2]]), np.array([lat, 0.0, lat]))
+    np.testing.assert_allclose(w0, [1.0, 2 / (1 + 2.0 ** -8)], rtol=1e-12)
 
 
 def test_regrowth_in_closed_form():
@@ -239,16 +267,18 @@ def test_gradients_match_finite_differences():
 
 
 def test_gradients_match_finite_differences_through_ramps_and_contention():
-    # every term on: flows 0 and 2 ramp after marks (100 km-scale latency), flow 1 regrows, links are contended;
+    # every term on: flows 1, 2 and 4 end inside the ramp after marks (100 km-scale latency), flow 0 outlasts it,
+    # flows 0 and 3 regrow, links are contended;
     # link 3 is infinite (a link without a rate passes no NaN back)
     routes = np.array([[0, 1, 3], [1, 2, -1], [0, 2, -1], [1, -1, -1], [2, 0, -1]])
     sizes = np.array([4e7, 2e6, 3e7, 1e6, 5e6])
     cap = np.array([1.25e9, 1.0e9, 1.5e9, np.inf])
     lat = np.array([2e-4, 5e-6, 3e-4, 1e-6])
-    tr = dataclasses.replace(PROFILES["dctcp"], contention=0.5, contention_flows=2.0, mark_packets=65.0,
-                             restart_window=2.0)
+    # (K at a 20th of a port's BDP, so that the cut falls below the windows of flows that share ports)
+    tr = dataclasses.replace(PROFILES["dctcp"], contention=0.5, contention_flows=2.0, mark_packets=2.0, mark_bdp=0.05)
     grown, shrunk, _, capped, _ = transport_inputs(tr, routes, sizes, cap, lat, jnp.ones(5), jnp.full(5, jnp.inf))
-    assert np.isfinite(np.asarray(capped)).any() and float(jnp.max(grown - sizes)) > 0  # the ramp and regrowth act
+    np.testing.assert_array_equal(np.isfinite(np.asarray(capped)), [False, True, True, False, True])  # the ramp
+    np.testing.assert_array_equal(np.asarray(grown - sizes) > 0, [True, False, False, True, False])  # regrowth
     # contention takes capacity from links 0 and 2, not from link 1, where flow 3 is free of other hops
     shrunk = np.asarray(shrunk) / (cap * tr.goodput)
     assert shrunk[0] < 1 and shrunk[2] < 1 and shrunk[1] == 1 and np.isnan(shrunk[3])
@@ -257,7 +287,7 @@ def test_gradients_match_finite_differences_through_ramps_and_contention():
 
 def test_gradients_stay_finite_without_latency_or_packets():
     # no latency and no packets: every RTT is 0, so the ramps have nothing to act on, and no NaN may leak
-    tr = dataclasses.replace(PROFILES["dctcp"], packet_bytes=0.0, mark_packets=65.0, restart_window=2.0)
+    tr = dataclasses.replace(PROFILES["dctcp"], packet_bytes=0.0)
     routes, sizes, cap = np.array([[0, 1], [1, -1]]), np.array([2e6, 1e6]), np.array([1e9, 2e9])
     g = jax.grad(lambda c: jnp.sum(fm.completion_times(routes, sizes, c, transport=tr)))(cap)
     assert np.all(np.isfinite(np.asarray(g))) and float(jnp.sum(jnp.abs(g))) > 0

@@ -10,14 +10,17 @@ they are:
   queue at its bottleneck (``queue_packets`` packets at the slowest link of its route), and slow start:
   ``slow_start`` RTTs per doubling of the window from ``initial_window`` up to its target, the flow's
   share of the bandwidth-delay product (or its window, or its size, if smaller).
-- the marking ramp (``mark_packets`` > 0, an ECN transport such as DCTCP): slow start releases bursts
-  as large as the window, so once the target window exceeds the marking threshold of ``mark_packets``
-  packets the first marks come in slow start and cut the window back to ``restart_window`` segments
-  (DCTCP's alpha starts at 1: every marked window halves). It regrows one segment per RTT, congestion
-  avoidance's additive increase, so the ramp back to a target window of W segments lasts W - w0 RTTs.
-  The closed form of that linear ramp gives a start delay (the time it loses against the full rate) or,
-  for a flow that ends inside the ramp, a rate cap at its mean rate there. Off in the named profiles:
-  it matched an ns-3 peer that marked at 1 packet, and with K as configured ns-3's DCTCP does not show it.
+- the marking ramp (``mark_packets`` > 0, an ECN transport such as DCTCP, whose ports mark above
+  K = max(``mark_packets`` packets, ``mark_bdp`` x the port's bandwidth-delay product at the longest RTT
+  through it): slow start's bursts fill a port's queue to K before the window reaches the link's, and
+  DCTCP's alpha starts at 1, so the first marks halve the window, to about (1 + sqrt 2) K / n segments
+  for n flows in slow start together (``_marking_cut``). Below its target window the flow regrows one
+  segment per RTT, congestion avoidance's additive increase, so the ramp to a target of W segments
+  lasts W - w0 RTTs. The closed form of that linear ramp gives a start delay (the time it loses against
+  the full rate) or, for a flow that ends inside the ramp, a rate cap at its mean rate there. It acts
+  where K is large against the window, over long links (ns-3 at 100 / 1,000 km: windows cut to 118 /
+  1,227 segments, 2.0 / 2.1 K / n, and regrowing one per RTT); in a datacentre K = 65 packets is more
+  than a flow's window.
 - regrowth (``regrowth`` segments per RTT, 1 for every named profile): a flow whose share's window is
   below its bottleneck's window regrows to it, and the time that ramp loses is added to its bytes
   (``sizes`` grow), sent at the bottleneck's rate. It stands in, statically, for the flow that outlasts
@@ -77,6 +80,10 @@ WIRE_ACK = 54.0  # a bare ACK with timestamps: 20 IP + 32 TCP + 2 PPP bytes
 # how sharply a hop's fair share must match the flow's tightest to count as one of its bottlenecks: a hop at
 # 0.95 of it counts 0.44, at 0.9 0.19, at half 0 (a near-indicator that stays smooth in capacity)
 HOP_TIGHTNESS = 16.0
+# the window slow start's first marks leave, in units of the flow's part of the threshold K / n, and how sharply
+# flows of different RTTs stop counting as in slow start together (_marking_cut)
+MARK_CUT = 1.0 + 2 ** 0.5
+MARK_SYNC = 8.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +97,7 @@ class Transport:
     initial_window: float = 10 * 1448.0
     segment: float = 1448.0
     mark_packets: float = 0.0
-    restart_window: float = 10.0
+    mark_bdp: float = 0.0
     regrowth: float = 0.0
     contention: float = 0.0
     contention_flows: float = 1.0
@@ -106,13 +113,13 @@ class Transport:
         def bad(field, want):
             raise ValueError(f"transport.{field}: must be {want}, got {getattr(self, field)!r}")
 
-        for field in ("handshake_rtts", "slow_start", "mark_packets", "regrowth", "contention", "hop_exponent",
-                      "ack_bytes", "rtt_exponent", "queue_packets", "packet_bytes"):
+        for field in ("handshake_rtts", "slow_start", "mark_packets", "mark_bdp", "regrowth", "contention",
+                      "hop_exponent", "ack_bytes", "rtt_exponent", "queue_packets", "packet_bytes"):
             v = getattr(self, field)
             if not (isinstance(v, (int, float)) and np.isfinite(v) and v >= 0):
                 bad(field, ">= 0")
-        for field, unit in (("initial_window", " bytes"), ("segment", " bytes"), ("restart_window", " segments"),
-                            ("contention_flows", ""), ("ack_every", " segments")):
+        for field, unit in (("initial_window", " bytes"), ("segment", " bytes"), ("contention_flows", ""),
+                            ("ack_every", " segments")):
             v = getattr(self, field)
             if not (isinstance(v, (int, float)) and np.isfinite(v) and v > 0):
                 bad(field, f"> 0{unit}")
@@ -129,13 +136,13 @@ class Transport:
 
 
 # Fitted against ns-3 3.44 by experiments/validation/fit.py on the fit half of the cases only (10 Gbps links,
-# 400-packet port buffers, DCTCP marking at K = 65 packets, long links buffered to one BDP): slow start and the
-# RTT exponent of NewReno and Cubic, and every variant's two contention constants (DCTCP's RTT exponent too).
-# Physics or the setup, not fitted: goodput, the handshake, the initial window and segment, one packet of
-# store-and-forward per hop, regrowth of one segment per RTT (additive increase), DCTCP's slow start (1 RTT per
-# doubling, the standard's), the exponent of several bottlenecks (1 + the window's exponent in the mark or loss
-# rate), and the ACKs' bytes (a 54-byte frame, 20 IP + 32 TCP with timestamps + 2 PPP, every 2 segments); the
-# fit ran with them on.
+# 400-packet port buffers, DCTCP marking above K = max(65 packets, BDP / 7), long links buffered to one BDP): slow
+# start and the RTT exponent of NewReno and Cubic, and every variant's two contention constants (DCTCP's RTT
+# exponent too). Physics or the setup, not fitted: goodput, the handshake, the initial window and segment, one
+# packet of store-and-forward per hop, regrowth of one segment per RTT (additive increase), DCTCP's slow start (1
+# RTT per doubling, the standard's) and its marking threshold (the setup's K, by the DCTCP paper's rule), the
+# exponent of several bottlenecks (1 + the window's exponent in the mark or loss rate), and the ACKs' bytes (a
+# 54-byte frame, 20 IP + 32 TCP with timestamps + 2 PPP, every 2 segments); the fit ran with them on.
 _TCP = dict(goodput=TCP_GOODPUT, packet_bytes=WIRE_PACKET, handshake_rtts=1.0, regrowth=1.0, ack_bytes=WIRE_ACK,
             ack_every=2.0)
 PROFILES = {
@@ -145,8 +152,8 @@ PROFILES = {
     "cubic": Transport("cubic", **_TCP, slow_start=1.003, rtt_exponent=1.269, contention=0.2203,
                        contention_flows=16.0, hop_exponent=1.5),
     # DCTCP's saturation sits at the fit's floor (0.1 flows; fit.py LOWER): a contended link loses about 2%
-    "dctcp": Transport("dctcp", **_TCP, slow_start=1.0, rtt_exponent=1.285, contention=0.02028,
-                       contention_flows=0.1, hop_exponent=2.0),
+    "dctcp": Transport("dctcp", **_TCP, slow_start=1.0, rtt_exponent=1.289, contention=0.02025,
+                       contention_flows=0.1, hop_exponent=2.0, mark_packets=65.0, mark_bdp=1 / 7),
 }
 ALIASES = {"tcp": "newreno"}  # ns-3's default TCP
 
@@ -207,9 +214,10 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
     if transport.window is not None:
         bdp = jnp.minimum(bdp, transport.window)
     target = bdp
-    if transport.mark_packets:  # slow start ends at the marking threshold once the target window exceeds it
-        marked = target > transport.mark_packets * transport.segment
-        bdp = jnp.where(marked, transport.mark_packets * transport.segment, target)
+    if transport.mark_packets:
+        w0, marked = _marking_cut(transport, padded, hop, cap_ext, rtt, flows_on, sizes, L)
+        marked = marked & (w0 < target)
+        bdp = jnp.where(marked, w0, target)
     doublings = jnp.log2(jnp.maximum(bdp / transport.initial_window, 1.0))
     delay = transport.handshake_rtts * rtt + serialize + queue + transport.slow_start * rtt * doublings
     step = transport.regrowth * transport.segment
@@ -217,8 +225,7 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
     if transport.mark_packets:
         # the whole flow ramps: one that ends inside it is capped at its mean rate there (flows ramping side by
         # side stay side by side, where start delays would let the first to start take the link)
-        w0 = jnp.minimum(transport.restart_window * transport.segment, target)
-        inside, lost, time = _linear_ramp(w0, target, sizes, rtt, step)
+        inside, lost, time = _linear_ramp(jnp.minimum(w0, target), target, sizes, rtt, step)
         ramping = marked & inside
         delay = delay + jnp.where(marked & ~inside, lost, 0.0)
         rate_limit = jnp.minimum(rate_limit, jnp.where(ramping, sizes / jnp.where(ramping, time, 1.0), jnp.inf))
@@ -269,6 +276,39 @@ def _acks_taken(transport: Transport, padded, hop, cap, flows_on, reverse, L):
                                num_segments=L + 1)[:L]
     taken = jnp.minimum(acks * transport.goodput, 0.5 * jnp.where(finite, cap, 0.0))  # wire bytes, as payload
     return jnp.where(finite, cap - taken, cap)
+
+
+def _marking_cut(transport: Transport, padded, hop, cap_ext, rtt, flows_on, sizes, L):
+    """``(w0, marked)`` float[F], bool[F]: the window slow start's first marks cut a flow to, and whether it
+    still has bytes to send when they do.
+
+    A port marks above K = max(``mark_packets``, ``mark_bdp`` x its rate x the longest RTT through it)
+    (DCTCP's rule K > C x RTT / 7). n flows in slow start together each send at twice their ACK rate, so
+    in the round that grows their windows from W to 2W the port's queue reaches K after 2K / n packets of
+    each; the marks return a round later, when the window is 2W + 2K / n, and DCTCP's alpha, 1 at the
+    start, halves it. The first such round has 2W in (2K / n, 4K / n]; at its geometric mean the window
+    after the cut is (1 + sqrt 2) K / n. Of the ports on the route the one with the least K / n marks
+    first. Flows are in slow start together only if their rounds line up: a flow at rho times another's
+    RTT is (rho - 1) rounds behind it per round, its window 2 ** -((rho - 1) r) as large after r; over
+    the 8 or so rounds before the first marks, (1 / rho) ** 8 is near that, so a port counts its flows
+    as 1 + (n - 1) (min RTT / max RTT) ** 8.
+    """
+    flat, on = padded.reshape(-1), hop.reshape(-1)
+    each = jnp.broadcast_to(rtt[:, None], padded.shape).reshape(-1)
+    longest = jax.ops.segment_max(jnp.where(on, each, 0.0), flat, num_segments=L + 1)
+    shortest = -jax.ops.segment_max(jnp.where(on, -each, -jnp.inf), flat, num_segments=L + 1)
+    ok = longest > 0  # guarded, so that no inf or NaN reaches a gradient
+    spread = jnp.where(ok, jnp.where(ok, shortest, 1.0) / jnp.where(ok, longest, 1.0), 1.0)
+    together = 1.0 + jnp.maximum(flows_on - 1.0, 0.0) * spread ** MARK_SYNC
+    finite = jnp.isfinite(cap_ext)
+    k = jnp.maximum(transport.mark_packets * transport.segment,
+                    transport.mark_bdp * jnp.where(finite, cap_ext, 0.0) * longest)
+    per_flow = jnp.where(hop & finite[padded], (k / together)[padded], jnp.inf)
+    least = jnp.min(per_flow, axis=1)
+    ok = jnp.isfinite(least)
+    k_flow = jnp.where(ok, least, 0.0)
+    # slow start has sent about twice the marked round's window, 2 sqrt 2 K / n, when the cut comes
+    return MARK_CUT * k_flow, ok & (sizes > 4 * 2 ** 0.5 * k_flow)
 
 
 def _linear_ramp(w0, target, sizes, rtt, step):
