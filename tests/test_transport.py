@@ -83,13 +83,21 @@ def _ramp_time(w0, size, rtt):
     return rtt * (np.sqrt(w0 * w0 + 2 * SEG * size) - w0) / SEG
 
 
+def _cut(k, window=np.inf, iw=10 * SEG):
+    """The window (bytes) slow start's marks leave at a threshold of k bytes per flow: the first round whose
+    window (iw doubled) reaches 2k; its marks return at that window + 2k; cut by alpha / 2 twice (once if the
+    window held the burst back), alpha decayed from 1 by 15/16 a round."""
+    doubled = np.ceil(np.log2(max(2 * k / iw, 1.0)))
+    peak = iw * 2 ** doubled + 2 * k
+    return peak * (1 - (15 / 16) ** (doubled + 1) / 2) ** (1 if peak > window else 2)
+
+
 def test_marking_ramp_in_closed_form():
     cap, lat = 1.25e9, 5e-4
     rtt = 2 * lat
     tr = fm.Transport(mark_packets=65.0, mark_bdp=1 / 7, regrowth=1.0)
-    # K = max(65 packets, BDP / 7): the BDP's seventh here; one flow in slow start alone is cut to (1 + sqrt 2) K
-    k = max(65 * SEG, cap * rtt / 7)
-    w0, target = (1 + np.sqrt(2)) * k, cap * rtt
+    # K = max(65 packets, BDP / 7): the BDP's seventh here, all of it the one flow's
+    w0, target = _cut(cap * rtt / 7), cap * rtt
     # 2 MB (its target window the link's 1.25 MB) ends inside the ramp: it runs at its mean rate there
     near = fm.completion_times([[0]], [2e6], [cap], latency=[lat], transport=tr)
     np.testing.assert_allclose(near, [lat + _ramp_time(w0, 2e6, rtt)], rtol=1e-12)
@@ -100,15 +108,18 @@ def test_marking_ramp_in_closed_form():
     # a window below the cut's loses nothing to it; nor does a flow that ends before the marks return
     t = fm.completion_times([[0]], [2e9], [cap], latency=[lat], transport=tr.with_window(200 * SEG))
     np.testing.assert_allclose(t, [lat + 2e9 / (200 * SEG / rtt)], rtol=1e-12)
-    t = fm.completion_times([[0]], [1e6], [cap], latency=[lat], transport=tr)
-    np.testing.assert_allclose(t, [lat + 1e6 / cap], rtol=1e-12)
+    t = fm.completion_times([[0]], [5e5], [cap], latency=[lat], transport=tr)
+    np.testing.assert_allclose(t, [lat + 5e5 / cap], rtol=1e-12)
+    # a window that holds back the marked round's burst takes one cut, not two
+    window = 7e5  # between the cut and the marked window, 820 kB
+    assert _cut(cap * rtt / 7, window) > _cut(cap * rtt / 7) and _cut(cap * rtt / 7, window) < window
+    t = fm.completion_times([[0]], [2e9], [cap], latency=[lat], transport=tr.with_window(window))
+    w1 = _cut(cap * rtt / 7, window)
+    lost = (window - w1) / SEG * rtt * (window - w1) / (2 * window)
+    np.testing.assert_allclose(t, [lat + lost + 2e9 / (window / rtt)], rtol=1e-12)
     # in a datacentre (10 us) K = 65 packets is above the window: no ramp
     t = fm.completion_times([[0]], [2e9], [cap], latency=[5e-6], transport=tr)
     np.testing.assert_allclose(t, [5e-6 + 2e9 / cap], rtol=1e-12)
-    # the ramp only adds time, and more of it the longer the link (K and the target both grow with the RTT:
-    # the lost time as its square)
-    t_far = fm.completion_times([[0]], [2e10], [cap], latency=[3 * lat], transport=tr)
-    np.testing.assert_allclose(float(t_far[0]) - 3 * lat - 2e10 / cap, 9 * lost, rtol=1e-9)
 
 
 def test_marking_cut_counts_the_flows_in_slow_start_together():
@@ -119,16 +130,39 @@ def test_marking_cut_counts_the_flows_in_slow_start_together():
         rtt = 2 * latency[routes].sum(axis=1)
         w0, marked = _marking_cut(tr, jnp.asarray(routes), jnp.asarray(routes) >= 0, jnp.array([cap, cap, cap, np.inf]),
                                   jnp.asarray(rtt), jnp.array([2.0, 1.0, 1.0, 0.0]), jnp.full(2, size), 3)
-        return np.asarray(w0) / ((1 + np.sqrt(2)) * cap * 2 * lat / 7), np.asarray(marked)
+        assert np.asarray(marked).all()
+        return np.asarray(w0)
 
-    # two flows of one RTT share link 0: each is cut to its half of K (link 1 alone would give it all of K)
-    w0, marked = cut(np.array([[0, 1], [0, 2]]), np.array([lat, 0.0, 0.0]))
-    np.testing.assert_allclose(w0, [0.5, 0.5], rtol=1e-12)
-    assert marked.all()
+    # two flows of one RTT share link 0: each takes half its K (link 1 alone would give it all of K)
+    k = cap * 2 * lat / 7
+    np.testing.assert_allclose(cut(np.array([[0, 1], [0, 2]]), np.array([lat, 0.0, 0.0])), [_cut(k / 2)] * 2,
+                               rtol=1e-12)
     # RTTs 2x apart: not in slow start together, link 0 counts 1 + 2 ** -8 flows and sets its K for the longer
     # RTT; the shorter's own link 1 (K by its RTT) marks it first
-    w0, _ = cut(np.array([[0, 1], [0, 2]]), np.array([lat, 0.0, lat]))
-    np.testing.assert_allclose(w0, [1.0, 2 / (1 + 2.0 ** -8)], rtol=1e-12)
+    np.testing.assert_allclose(cut(np.array([[0, 1], [0, 2]]), np.array([lat, 0.0, lat])),
+                               [_cut(k), _cut(2 * k / (1 + 2.0 ** -8))], rtol=1e-12)
+
+
+@pytest.mark.parametrize("km, measured", [(100, 118), (1000, 1227), (2000, 3537)])
+def test_marking_cut_meets_ns3s_windows_over_long_links(km, measured):
+    # ns-3 3.44's cwnd after slow start's marks (two DCTCP flows, 4 MB windows, docs/accuracy.md): at 2,000 km
+    # one cut leaves it above the window (2,762 segments), where it loses nothing
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "experiments", "validation"))
+    import cases
+
+    c = cases.long_haul(km, "held")
+    tr = fm.transport_profile("dctcp").with_window(c.window)
+    lat = np.append(c.latency, 0.0)[np.where(c.routes >= 0, c.routes, len(c.latency))]
+    rtt = 2 * lat.sum(axis=1) + 3 * 1502 / (c.capacity.max() * tr.goodput)
+    cap = np.append(c.capacity * tr.goodput, np.inf)
+    padded = np.where(c.routes >= 0, c.routes, len(c.capacity))
+    on = np.bincount(padded[padded < len(c.capacity)], minlength=len(cap)).astype(float)
+    w0, marked = _marking_cut(tr, jnp.asarray(padded), jnp.asarray(padded < len(c.capacity)), jnp.asarray(cap),
+                              jnp.asarray(rtt), jnp.asarray(on), jnp.asarray(c.sizes), len(c.capacity))
+    assert np.asarray(marked).all()
+    np.testing.assert_allclose(np.asarray(w0) / SEG, measured, rtol=0.05)
 
 
 def test_regrowth_in_closed_form():

@@ -12,15 +12,14 @@ they are:
   share of the bandwidth-delay product (or its window, or its size, if smaller).
 - the marking ramp (``mark_packets`` > 0, an ECN transport such as DCTCP, whose ports mark above
   K = max(``mark_packets`` packets, ``mark_bdp`` x the port's bandwidth-delay product at the longest RTT
-  through it): slow start's bursts fill a port's queue to K before the window reaches the link's, and
-  DCTCP's alpha starts at 1, so the first marks halve the window, to about (1 + sqrt 2) K / n segments
-  for n flows in slow start together (``_marking_cut``). Below its target window the flow regrows one
-  segment per RTT, congestion avoidance's additive increase, so the ramp to a target of W segments
-  lasts W - w0 RTTs. The closed form of that linear ramp gives a start delay (the time it loses against
-  the full rate) or, for a flow that ends inside the ramp, a rate cap at its mean rate there. It acts
-  where K is large against the window, over long links (ns-3 at 100 / 1,000 km: windows cut to 118 /
-  1,227 segments, 2.0 / 2.1 K / n, and regrowing one per RTT); in a datacentre K = 65 packets is more
-  than a flow's window.
+  through it): slow start's bursts fill a port's queue to K before the window fills the link, and the
+  marks cut the window by DCTCP's alpha / 2, twice (``_marking_cut``; alpha starts at 1 and decays by
+  1/16 a round). Below its target window the flow regrows one segment per RTT, congestion avoidance's
+  additive increase, so the ramp to a target of W segments lasts W - w0 RTTs. The closed form of that
+  linear ramp gives a start delay (the time it loses against the full rate) or, for a flow that ends
+  inside the ramp, a rate cap at its mean rate there. It acts where K is large against the window, over
+  long links (ns-3 at 100 / 1,000 km: windows cut to 118 / 1,227 segments, the cut's 113 / 1,200, then
+  regrowing one per RTT); in a datacentre K = 65 packets is more than a flow's window.
 - regrowth (``regrowth`` segments per RTT, 1 for every named profile): a flow whose share's window is
   below its bottleneck's window regrows to it, and the time that ramp loses is added to its bytes
   (``sizes`` grow), sent at the bottleneck's rate. It stands in, statically, for the flow that outlasts
@@ -80,9 +79,9 @@ WIRE_ACK = 54.0  # a bare ACK with timestamps: 20 IP + 32 TCP + 2 PPP bytes
 # how sharply a hop's fair share must match the flow's tightest to count as one of its bottlenecks: a hop at
 # 0.95 of it counts 0.44, at 0.9 0.19, at half 0 (a near-indicator that stays smooth in capacity)
 HOP_TIGHTNESS = 16.0
-# the window slow start's first marks leave, in units of the flow's part of the threshold K / n, and how sharply
-# flows of different RTTs stop counting as in slow start together (_marking_cut)
-MARK_CUT = 1.0 + 2 ** 0.5
+# DCTCP's gain g, by which alpha (1 at the start) moves each round (RFC 8257's 1/16, ns-3's and Linux's default),
+# and how sharply flows of different RTTs stop counting as in slow start together (_marking_cut)
+DCTCP_GAIN = 1.0 / 16
 MARK_SYNC = 8.0
 
 
@@ -152,7 +151,7 @@ PROFILES = {
     "cubic": Transport("cubic", **_TCP, slow_start=1.003, rtt_exponent=1.269, contention=0.2203,
                        contention_flows=16.0, hop_exponent=1.5),
     # DCTCP's saturation sits at the fit's floor (0.1 flows; fit.py LOWER): a contended link loses about 2%
-    "dctcp": Transport("dctcp", **_TCP, slow_start=1.0, rtt_exponent=1.289, contention=0.02025,
+    "dctcp": Transport("dctcp", **_TCP, slow_start=1.0, rtt_exponent=1.285, contention=0.02028,
                        contention_flows=0.1, hop_exponent=2.0, mark_packets=65.0, mark_bdp=1 / 7),
 }
 ALIASES = {"tcp": "newreno"}  # ns-3's default TCP
@@ -279,19 +278,21 @@ def _acks_taken(transport: Transport, padded, hop, cap, flows_on, reverse, L):
 
 
 def _marking_cut(transport: Transport, padded, hop, cap_ext, rtt, flows_on, sizes, L):
-    """``(w0, marked)`` float[F], bool[F]: the window slow start's first marks cut a flow to, and whether it
-    still has bytes to send when they do.
+    """``(w0, marked)`` float[F], bool[F]: the window slow start's first marks leave a flow, and whether it
+    still has bytes to send when they come.
 
     A port marks above K = max(``mark_packets``, ``mark_bdp`` x its rate x the longest RTT through it)
     (DCTCP's rule K > C x RTT / 7). n flows in slow start together each send at twice their ACK rate, so
-    in the round that grows their windows from W to 2W the port's queue reaches K after 2K / n packets of
-    each; the marks return a round later, when the window is 2W + 2K / n, and DCTCP's alpha, 1 at the
-    start, halves it. The first such round has 2W in (2K / n, 4K / n]; at its geometric mean the window
-    after the cut is (1 + sqrt 2) K / n. Of the ports on the route the one with the least K / n marks
-    first. Flows are in slow start together only if their rounds line up: a flow at rho times another's
-    RTT is (rho - 1) rounds behind it per round, its window 2 ** -((rho - 1) r) as large after r; over
-    the 8 or so rounds before the first marks, (1 / rho) ** 8 is near that, so a port counts its flows
-    as 1 + (n - 1) (min RTT / max RTT) ** 8.
+    in the round that takes their windows to 2W the port's queue reaches K after 2K / n packets of each:
+    the first round to do so is the first whose window, the initial window doubled, reaches 2K / n. Its
+    marks return a round later, with the window at 2W + 2K / n, and DCTCP cuts it by alpha / 2, alpha
+    having decayed from 1 by (1 - g) a round (g = 1/16). The round then in flight left in the same burst
+    and is marked too, so the window is cut twice, unless the flow's window (its socket buffer) held that
+    burst back. Of the ports on the route the one with the least K / n marks first. Flows are in slow
+    start together only if their rounds line up: a flow at rho times another's RTT is (rho - 1) rounds
+    behind it per round, its window 2 ** -((rho - 1) r) as large after r; over the 8 or so rounds before
+    the first marks (1 / rho) ** 8 is near that, so a port counts its flows as
+    1 + (n - 1) (min RTT / max RTT) ** 8.
     """
     flat, on = padded.reshape(-1), hop.reshape(-1)
     each = jnp.broadcast_to(rtt[:, None], padded.shape).reshape(-1)
@@ -307,8 +308,15 @@ def _marking_cut(transport: Transport, padded, hop, cap_ext, rtt, flows_on, size
     least = jnp.min(per_flow, axis=1)
     ok = jnp.isfinite(least)
     k_flow = jnp.where(ok, least, 0.0)
-    # slow start has sent about twice the marked round's window, 2 sqrt 2 K / n, when the cut comes
-    return MARK_CUT * k_flow, ok & (sizes > 4 * 2 ** 0.5 * k_flow)
+    # the marked round: the first whose window, the initial window doubled, reaches 2K / n (a step in K, as in
+    # ns-3: no gradient flows through the round, only through K)
+    doubled = jnp.ceil(jnp.log2(jnp.maximum(2 * k_flow / transport.initial_window, 1.0)))
+    burst = transport.initial_window * 2.0 ** jax.lax.stop_gradient(doubled)
+    peak = burst + 2 * k_flow  # the window when its marks return
+    alpha = (1.0 - DCTCP_GAIN) ** (doubled + 1.0)
+    cuts = 2.0 if transport.window is None else jnp.where(peak > transport.window, 1.0, 2.0)
+    # slow start has sent about twice the marked round's window when the cuts come
+    return peak * (1.0 - alpha / 2) ** cuts, ok & (sizes > 2 * burst)
 
 
 def _linear_ramp(w0, target, sizes, rtt, step):

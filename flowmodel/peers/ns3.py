@@ -17,8 +17,9 @@ queue disc is removed), and a long link's ports at least one bandwidth-delay pro
 flows' end nodes), FqCoDel marking CE above ``dctcp_k`` packets of sojourn (RED on the NICs too once ran
 a ring on one switch at 70% of the link rate, measured while the peer marked at 1 packet whatever K
 said; not rechecked); K is at least C x RTT / 7 at each port (the DCTCP paper's rule), RTT the
-longest round trip of the flows through it, and the port's buffer at least 2K; ``fqcodel`` NewReno
-over FqCoDel everywhere.
+longest round trip of the flows through it, and the port's buffer at least 2K (a host's NIC holds
+every window its flows send through it as well: hosts do not drop their own packets, as Linux's TCP
+small queues hold a socket back first); ``fqcodel`` NewReno over FqCoDel everywhere.
 
 A finish time is FlowMonitor's time of the flow's last received packet: the sender's ACK of the
 receiver's FIN, about one RTT after the last data byte arrives (about 13 us after it for one 1.6 MB
@@ -230,6 +231,7 @@ def _simulate(ns, data) -> dict:
     path_rtt = np.zeros(len(link_src))
     for h in flow_hops:
         np.maximum.at(path_rtt, h, 2 * delay[h].sum())
+    first_hops = np.bincount([h[0] for h in flow_hops], minlength=len(link_src))
     for c, (u, v, fwd) in enumerate(ends):
         # a long link's ports buffer one bandwidth-delay product of it
         bdp = max(capacity[fwd], capacity[reverse.get(c, fwd)]) * 2 * latency[fwd] / 1500
@@ -250,14 +252,19 @@ def _simulate(ns, data) -> dict:
                 for side, node, link in ((0, u, fwd), (1, v, back)):  # link: this side's egress
                     mark_k = max(float(data["dctcp_k"]), bdp / 7, capacity[link] * path_rtt[link] / 1500 / 7)
                     qdisc = ns.TrafficControlHelper()
-                    size = ns.QueueSizeValue(ns.QueueSize(f"{max(buffer, int(np.ceil(2 * mark_k)))}p"))
+                    size = max(buffer, int(np.ceil(2 * mark_k)))
                     if node in hosts:  # a host's fq qdisc, marking CE above K packets' worth of sojourn
+                        # and holding every window its sockets send through it: a host does not drop its own
+                        # packets (Linux's TCP small queues hold a socket back first)
+                        size = max(size, int(np.ceil(first_hops[link] * window / SEGMENT)))
                         ce = ns.NanoSeconds(int(mark_k * WIRE / capacity[link] * 1e9))
                         qdisc.SetRootQueueDisc("ns3::FqCoDelQueueDisc", "UseEcn", ns.BooleanValue(True),
-                                               "CeThreshold", ns.TimeValue(ce), "MaxSize", size)
+                                               "CeThreshold", ns.TimeValue(ce),
+                                               "MaxSize", ns.QueueSizeValue(ns.QueueSize(f"{size}p")))
                     else:  # a switch port: RED as a step marker at K
                         qdisc.SetRootQueueDisc("ns3::RedQueueDisc", "MinTh", ns.DoubleValue(mark_k),
-                                               "MaxTh", ns.DoubleValue(mark_k + 1), "MaxSize", size)
+                                               "MaxTh", ns.DoubleValue(mark_k + 1),
+                                               "MaxSize", ns.QueueSizeValue(ns.QueueSize(f"{size}p")))
                     qdisc.Install(ns.NetDeviceContainer(devs.Get(side)))
         devices.append(devs)
         iface.append(ifc)
