@@ -209,3 +209,26 @@ def test_a_dctcp_host_does_not_drop_its_own_burst():
     got = ns3.completion_times(c.routes, c.sizes, c.capacity, c.link_src, c.link_dst, latency=c.latency,
                                variant="dctcp", window=c.window, timeout=300)
     assert got.retransmits.max() == 0 and got.drops.max() == 0
+
+
+@pytest.mark.slow
+@pytest.mark.ns3
+def test_dctcp_at_a_high_bdp_is_cut_in_slow_start():
+    _need_ns3()
+    import dataclasses
+
+    # one 20 MB flow through a switch, K = 65 packets: at 40 Gbps and 100 us of RTT its window target (345
+    # segments) is above the cut's (118), and ns-3 takes 9.1 ms where the fluid model says 4.8; at 20 us it is
+    # not, and neither cuts. docs/accuracy.md: profile +0.4% and 0.0%
+    src, dst = np.array([0, 1, 1, 2]), np.array([1, 0, 2, 1])
+    routes = np.array([[0, 2]])
+    dctcp = fm.transport_profile("dctcp")
+    for lat, cut in ((25e-6, True), (5e-6, False)):
+        cap, la = np.full(4, 5e9), np.full(4, lat)
+        got = ns3.completion_times(routes, [20e6], cap, src, dst, latency=la, variant="dctcp", timeout=300).finish
+        back = fm.fabric.reverse_links(src, dst)
+        profiled = float(fm.completion_times(routes, [20e6], cap, latency=la, transport=dctcp, reverse=back)[0])
+        uncut = float(fm.completion_times(routes, [20e6], cap, latency=la, reverse=back,
+                                          transport=dataclasses.replace(dctcp, mark_packets=0.0))[0])
+        np.testing.assert_allclose(profiled, got[0], rtol=0.03)
+        assert (uncut < 0.6 * got[0]) if cut else uncut == profiled

@@ -24,7 +24,9 @@ they are:
   below its bottleneck's window regrows to it, and the time that ramp loses is added to its bytes
   (``sizes`` grow), sent at the bottleneck's rate. It stands in, statically, for the flow that outlasts
   its competitors, or regains a window cut by marks or losses; it also charges flows that end together
-  (two 1 GB flows on one link at 1 ms RTT: +13%).
+  (two 1 GB flows on one link at 1 ms RTT: +13%). It starts from no less than ``min_window`` segments
+  (2: TCP's cuts stop there), so that a share below a segment, as each of 31 flows on a 10 Gbps port
+  with a 10 us RTT has, is not charged a ramp from nothing.
 - contention, what packet transport loses where flows limited by two ports share links, from static
   counts of the routes: a link carrying n flows (n = its bytes over its largest flow's, so that a flow
   that ends early counts less) is contended ``c = (n - 1) / (n - 1 + contention_flows)``: 0 for one
@@ -98,6 +100,7 @@ class Transport:
     mark_packets: float = 0.0
     mark_bdp: float = 0.0
     regrowth: float = 0.0
+    min_window: float = 2.0  # segments: the least window regrowth starts from (TCP's cuts stop at 2)
     contention: float = 0.0
     contention_flows: float = 1.0
     hop_exponent: float = 0.0
@@ -118,7 +121,7 @@ class Transport:
             if not (isinstance(v, (int, float)) and np.isfinite(v) and v >= 0):
                 bad(field, ">= 0")
         for field, unit in (("initial_window", " bytes"), ("segment", " bytes"), ("contention_flows", ""),
-                            ("ack_every", " segments")):
+                            ("ack_every", " segments"), ("min_window", " segments")):
             v = getattr(self, field)
             if not (isinstance(v, (int, float)) and np.isfinite(v) and v > 0):
                 bad(field, f"> 0{unit}")
@@ -145,13 +148,13 @@ class Transport:
 _TCP = dict(goodput=TCP_GOODPUT, packet_bytes=WIRE_PACKET, handshake_rtts=1.0, regrowth=1.0, ack_bytes=WIRE_ACK,
             ack_every=2.0)
 PROFILES = {
-    "newreno": Transport("newreno", **_TCP, slow_start=1.543, rtt_exponent=1.838, contention=0.8836,
-                         contention_flows=3.569, hop_exponent=1.5),
+    "newreno": Transport("newreno", **_TCP, slow_start=1.543, rtt_exponent=1.838, contention=1.003,
+                         contention_flows=3.961, hop_exponent=1.5),
     # Cubic's saturation sits at the fit's bound (16 flows, what the fit half has on a link; fit.py UPPER)
-    "cubic": Transport("cubic", **_TCP, slow_start=1.003, rtt_exponent=1.269, contention=0.2203,
+    "cubic": Transport("cubic", **_TCP, slow_start=1.003, rtt_exponent=1.269, contention=0.4086,
                        contention_flows=16.0, hop_exponent=1.5),
     # DCTCP's saturation sits at the fit's floor (0.1 flows; fit.py LOWER): a contended link loses about 2%
-    "dctcp": Transport("dctcp", **_TCP, slow_start=1.0, rtt_exponent=1.285, contention=0.02028,
+    "dctcp": Transport("dctcp", **_TCP, slow_start=1.0, rtt_exponent=1.289, contention=0.03904,
                        contention_flows=0.1, hop_exponent=2.0, mark_packets=65.0, mark_bdp=1 / 7),
 }
 ALIASES = {"tcp": "newreno"}  # ns-3's default TCP
@@ -214,7 +217,8 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
         bdp = jnp.minimum(bdp, transport.window)
     target = bdp
     if transport.mark_packets:
-        w0, marked = _marking_cut(transport, padded, hop, cap_ext, rtt, flows_on, sizes, L)
+        line = jnp.concatenate([capacity * transport.goodput, jnp.full((1,), jnp.inf, cap.dtype)])
+        w0, marked = _marking_cut(transport, padded, hop, line, rtt, sizes, L)
         marked = marked & (w0 < target)
         bdp = jnp.where(marked, w0, target)
     doublings = jnp.log2(jnp.maximum(bdp / transport.initial_window, 1.0))
@@ -244,13 +248,15 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
     if transport.regrowth:
         # a flow whose share's window is below its bottleneck's regrows to it, one segment per RTT, over its bytes:
         # that ramp's lost time, as bytes at the link's rate. A static stand-in for the flow that outlasts its
-        # competitors (or regains a window cut by marks or losses): it also charges flows that end together
+        # competitors (or regains a window cut by marks or losses): it also charges flows that end together. It
+        # starts from no less than ``min_window`` segments, where TCP's cuts stop, however many flows share
         alone = jnp.minimum(jnp.where(ok_b, jnp.where(ok_b, bottleneck, 0.0) * rtt, jnp.inf), sizes)
         if transport.window is not None:
             alone = jnp.minimum(alone, transport.window)
-        grows = (alone > target) & ~ramping
-        top = jnp.where(grows, alone, 2 * target)
-        inside, lost, time = _linear_ramp(target, top, sizes, rtt, step)
+        start = jnp.maximum(target, transport.min_window * transport.segment)
+        grows = (alone > start) & ~ramping
+        top = jnp.where(grows, alone, 2 * start)
+        inside, lost, time = _linear_ramp(start, top, sizes, rtt, step)
         ok = (rtt > 0) & grows
         per_rtt = jnp.where(ok, top / jnp.where(ok, rtt, 1.0), 1.0)
         tail = jnp.where(inside, time - sizes / per_rtt, lost)
@@ -277,33 +283,40 @@ def _acks_taken(transport: Transport, padded, hop, cap, flows_on, reverse, L):
     return jnp.where(finite, cap - taken, cap)
 
 
-def _marking_cut(transport: Transport, padded, hop, cap_ext, rtt, flows_on, sizes, L):
+def _marking_cut(transport: Transport, padded, hop, line, rtt, sizes, L):
     """``(w0, marked)`` float[F], bool[F]: the window slow start's first marks leave a flow, and whether it
-    still has bytes to send when they come.
+    still has bytes to send when they come. ``line``: float[L + 1] each link's payload rate (inf pads).
 
     A port marks above K = max(``mark_packets``, ``mark_bdp`` x its rate x the longest RTT through it)
     (DCTCP's rule K > C x RTT / 7). n flows in slow start together each send at twice their ACK rate, so
     in the round that takes their windows to 2W the port's queue reaches K after 2K / n packets of each:
     the first round to do so is the first whose window, the initial window doubled, reaches 2K / n. Its
-    marks return a round later, with the window at 2W + 2K / n, and DCTCP cuts it by alpha / 2, alpha
-    having decayed from 1 by (1 - g) a round (g = 1/16). The round then in flight left in the same burst
-    and is marked too, so the window is cut twice, unless the flow's window (its socket buffer) held that
-    burst back. Of the ports on the route the one with the least K / n marks first. Flows are in slow
-    start together only if their rounds line up: a flow at rho times another's RTT is (rho - 1) rounds
-    behind it per round, its window 2 ** -((rho - 1) r) as large after r; over the 8 or so rounds before
-    the first marks (1 / rho) ** 8 is near that, so a port counts its flows as
-    1 + (n - 1) (min RTT / max RTT) ** 8.
+    marks return a round later, when the window is that round's plus 2K / n, and DCTCP cuts it by
+    alpha / 2, alpha having decayed from 1 by (1 - g) a round (g = 1/16). The round then in flight left in
+    the same burst and is marked too, so the window is cut twice, unless the flow's window (its socket
+    buffer) held that burst back. Of the ports on the route the one with the least K / n marks first.
+
+    n counts each flow on the port as far as its bytes reach what slow start sends before the marks (4K
+    for a lone flow: twice the round that reaches 2K), and as far as its rounds line up with the others':
+    a flow at rho times another's RTT falls r (1 - 1 / rho) rounds behind in r rounds, and sends at
+    1 / rho of its rate, so over the ~8 rounds before the first marks it adds about
+    2 ** -(8 (1 - 1 / rho)) / rho of a flow to their burst (0.55 at rho = 1.1, 1/32 at 2). A port takes
+    1 + (n - 1) (min RTT / max RTT) ** 8 (0.47 at 1.1, 1/256 at 2): a heuristic over the port's spread,
+    so one flow at another RTT takes the rest out of step too.
     """
     flat, on = padded.reshape(-1), hop.reshape(-1)
     each = jnp.broadcast_to(rtt[:, None], padded.shape).reshape(-1)
-    longest = jax.ops.segment_max(jnp.where(on, each, 0.0), flat, num_segments=L + 1)
+    # 0 on a link no flow crosses: its empty max (-inf) would pass NaN back to its capacity
+    longest = jnp.maximum(jax.ops.segment_max(jnp.where(on, each, 0.0), flat, num_segments=L + 1), 0.0)
     shortest = -jax.ops.segment_max(jnp.where(on, -each, -jnp.inf), flat, num_segments=L + 1)
     ok = longest > 0  # guarded, so that no inf or NaN reaches a gradient
     spread = jnp.where(ok, jnp.where(ok, shortest, 1.0) / jnp.where(ok, longest, 1.0), 1.0)
-    together = 1.0 + jnp.maximum(flows_on - 1.0, 0.0) * spread ** MARK_SYNC
-    finite = jnp.isfinite(cap_ext)
+    finite = jnp.isfinite(line)
     k = jnp.maximum(transport.mark_packets * transport.segment,
-                    transport.mark_bdp * jnp.where(finite, cap_ext, 0.0) * longest)
+                    transport.mark_bdp * jnp.where(finite, line, 0.0) * longest)
+    reach = jnp.minimum(sizes[:, None] / (4 * k[padded]), 1.0).reshape(-1)
+    flows = jax.ops.segment_sum(jnp.where(on, reach, 0.0), flat, num_segments=L + 1)
+    together = 1.0 + jnp.maximum(flows - 1.0, 0.0) * spread ** MARK_SYNC
     per_flow = jnp.where(hop & finite[padded], (k / together)[padded], jnp.inf)
     least = jnp.min(per_flow, axis=1)
     ok = jnp.isfinite(least)
@@ -311,7 +324,7 @@ def _marking_cut(transport: Transport, padded, hop, cap_ext, rtt, flows_on, size
     # the marked round: the first whose window, the initial window doubled, reaches 2K / n (a step in K, as in
     # ns-3: no gradient flows through the round, only through K)
     doubled = jnp.ceil(jnp.log2(jnp.maximum(2 * k_flow / transport.initial_window, 1.0)))
-    burst = transport.initial_window * 2.0 ** jax.lax.stop_gradient(doubled)
+    burst = transport.initial_window * 2.0 ** doubled
     peak = burst + 2 * k_flow  # the window when its marks return
     alpha = (1.0 - DCTCP_GAIN) ** (doubled + 1.0)
     cuts = 2.0 if transport.window is None else jnp.where(peak > transport.window, 1.0, 2.0)

@@ -18,8 +18,9 @@ flows' end nodes), FqCoDel marking CE above ``dctcp_k`` packets of sojourn (RED 
 a ring on one switch at 70% of the link rate, measured while the peer marked at 1 packet whatever K
 said; not rechecked); K is at least C x RTT / 7 at each port (the DCTCP paper's rule), RTT the
 longest round trip of the flows through it, and the port's buffer at least 2K (a host's NIC holds
-every window its flows send through it as well: hosts do not drop their own packets, as Linux's TCP
-small queues hold a socket back first); ``fqcodel`` NewReno over FqCoDel everywhere.
+every window its flows send through it as well, so that a host never drops its own packets; Linux gets
+that by holding the socket back, TCP small queues, which also keeps its qdisc short, where here the
+queue, and its CE marks, build at the NIC); ``fqcodel`` NewReno over FqCoDel everywhere.
 
 A finish time is FlowMonitor's time of the flow's last received packet: the sender's ACK of the
 receiver's FIN, about one RTT after the last data byte arrives (about 13 us after it for one 1.6 MB
@@ -254,8 +255,8 @@ def _simulate(ns, data) -> dict:
                     qdisc = ns.TrafficControlHelper()
                     size = max(buffer, int(np.ceil(2 * mark_k)))
                     if node in hosts:  # a host's fq qdisc, marking CE above K packets' worth of sojourn
-                        # and holding every window its sockets send through it: a host does not drop its own
-                        # packets (Linux's TCP small queues hold a socket back first)
+                        # and holding every window its sockets send through it: a host never drops its own
+                        # packets (Linux holds the socket back instead: TCP small queues)
                         size = max(size, int(np.ceil(first_hops[link] * window / SEGMENT)))
                         ce = ns.NanoSeconds(int(mark_k * WIRE / capacity[link] * 1e9))
                         qdisc.SetRootQueueDisc("ns3::FqCoDelQueueDisc", "UseEcn", ns.BooleanValue(True),
