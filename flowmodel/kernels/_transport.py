@@ -17,9 +17,11 @@ they are:
   1/16 a round). Below its target window the flow regrows one segment per RTT, congestion avoidance's
   additive increase, so the ramp to a target of W segments lasts W - w0 RTTs. The closed form of that
   linear ramp gives a start delay (the time it loses against the full rate) or, for a flow that ends
-  inside the ramp, a rate cap at its mean rate there. It acts where K is large against the window, over
-  long links (ns-3 at 100 / 1,000 km: windows cut to 118 / 1,227 segments, the cut's 113 / 1,200, then
-  regrowing one per RTT); in a datacentre K = 65 packets is more than a flow's window.
+  inside the ramp, a rate cap at its mean rate there. It acts where a flow's window target exceeds its
+  cut (about 119 segments for a flow alone at K = 65 packets: 10 Gbps beyond 140 us of RTT, 400 Gbps
+  beyond 3.6 us), and over long links (ns-3 at 100 / 1,000 km: windows cut to 118 / 1,227 segments, the
+  cut's 113 / 1,204, then regrowing one per RTT; at 40 Gbps and 100 us, 9.105 ms for 20 MB, the
+  profile 9.146).
 - regrowth (``regrowth`` segments per RTT, 1 for every named profile): a flow whose share's window is
   below its bottleneck's window regrows to it, and the time that ramp loses is added to its bytes
   (``sizes`` grow), sent at the bottleneck's rate. It stands in, statically, for the flow that outlasts
