@@ -127,11 +127,11 @@ def test_marking_cut_counts_the_flows_in_slow_start_together():
     cap, lat, size = 1.25e9, 5e-4, 2e9
     tr = fm.Transport(mark_packets=65.0, mark_bdp=1 / 7, regrowth=1.0)
 
-    def cut(routes, latency, sizes=(size, size)):
+    def cut(routes, latency, sizes=(size, size), marked=(True, True)):
         rtt = 2 * latency[routes].sum(axis=1)
-        w0, marked = _marking_cut(tr, jnp.asarray(routes), jnp.asarray(routes) >= 0, jnp.array([cap, cap, cap, np.inf]),
-                                  jnp.asarray(rtt), jnp.asarray(sizes), 3)
-        assert np.asarray(marked)[0]
+        w0, got = _marking_cut(tr, jnp.asarray(routes), jnp.asarray(routes) >= 0, jnp.array([cap, cap, cap, np.inf]),
+                               jnp.asarray(rtt), jnp.asarray(sizes), 3)
+        np.testing.assert_array_equal(np.asarray(got), marked)
         return np.asarray(w0)
 
     # two flows of one RTT share link 0: each takes half its K (link 1 alone would give it all of K)
@@ -142,10 +142,15 @@ def test_marking_cut_counts_the_flows_in_slow_start_together():
     # RTT; the shorter's own link 1 (K by its RTT) marks it first
     np.testing.assert_allclose(cut(np.array([[0, 1], [0, 2]]), np.array([lat, 0.0, lat])),
                                [_cut(k), _cut(2 * k / (1 + 2.0 ** -8))], rtol=1e-12)
-    # a flow that ends before slow start's marks counts as far as its bytes reach them (4K): a tenth of them
-    # adds a tenth of a flow
-    np.testing.assert_allclose(cut(np.array([[0, 1], [0, 2]]), np.array([lat, 0.0, 0.0]), (size, 0.4 * k))[0],
-                               _cut(k / 1.1), rtol=1e-12)
+    # a flow that ends before slow start's marks counts as far as its bytes reach what each of n flows sends
+    # before them, 4K / n: a tenth of a lone flow's adds 0.1 of a flow, then 0.1 x 1.1, then 0.1 x 1.11
+    np.testing.assert_allclose(cut(np.array([[0, 1], [0, 2]]), np.array([lat, 0.0, 0.0]), (size, 0.4 * k),
+                                   marked=(True, False))[0], _cut(k / 1.111), rtol=1e-12)
+    # 8 flows of 4K / 4 bytes each are all in step: n = 8 (from 1: 2, 4, 8)
+    n = 8
+    w0, got = _marking_cut(tr, jnp.zeros((n, 1), int), jnp.ones((n, 1), bool), jnp.array([cap, np.inf]),
+                           jnp.full(n, 2 * lat), jnp.full(n, k), 1)
+    np.testing.assert_allclose(np.asarray(w0), _cut(k / n), rtol=1e-12)
 
 
 @pytest.mark.parametrize("km, measured, within", [(100, 118, 0.05), (1000, 1227, 0.03), (2000, 3537, 0.01)])
@@ -188,7 +193,7 @@ def test_regrowth_in_closed_form():
 
 
 def test_regrowth_starts_from_the_least_window():
-    # 100 flows on a 10 us link: each share's window (1.25 kB) is below 2 segments, where TCP's cuts stop, so
+    # 100 flows on a 10 us link: each share's window (125 B) is below 2 segments, where TCP's cuts stop, so
     # each regrows to the link's 12.5 kB from 2 segments; with a 1-segment floor, from 1 segment
     cap, lat, n, size = 1.25e9, 5e-6, 100, 1e9
     rtt, whole = 2 * lat, cap * 2 * lat
@@ -325,7 +330,8 @@ def test_gradients_match_finite_differences():
 def test_gradients_match_finite_differences_through_ramps_and_contention():
     # every term on: flows 1, 2 and 4 end inside the ramp after marks (100 km-scale latency), flow 0 outlasts it,
     # flows 0 and 3 regrow, links are contended;
-    # link 3 is infinite (a link without a rate passes no NaN back), and no flow crosses link 4 (nor does one)
+    # link 3 is infinite (a link without a rate passes no NaN back), and no flow crosses link 4 (an unused link
+    # passes none back either)
     routes = np.array([[0, 1, 3], [1, 2, -1], [0, 2, -1], [1, -1, -1], [2, 0, -1]])
     sizes = np.array([4e7, 2e6, 3e7, 1e6, 5e6])
     cap = np.array([1.25e9, 1.0e9, 1.5e9, np.inf, 2e9])

@@ -18,17 +18,17 @@ they are:
   additive increase, so the ramp to a target of W segments lasts W - w0 RTTs. The closed form of that
   linear ramp gives a start delay (the time it loses against the full rate) or, for a flow that ends
   inside the ramp, a rate cap at its mean rate there. It acts where a flow's window target exceeds its
-  cut (about 119 segments for a flow alone at K = 65 packets: 10 Gbps beyond 140 us of RTT, 400 Gbps
-  beyond 3.6 us), and over long links (ns-3 at 100 / 1,000 km: windows cut to 118 / 1,227 segments, the
-  cut's 113 / 1,204, then regrowing one per RTT; at 40 Gbps and 100 us, 9.105 ms for 20 MB, the
-  profile 9.146).
+  cut: in a datacenter, 118 segments for a flow alone at K = 65 packets, so at 10 Gbps beyond 140 us of
+  RTT and at 400 Gbps beyond 3.6 us (ns-3 at 40 Gbps and 100 us: 9.105 ms for 20 MB, the profile 9.146),
+  and over long links (ns-3 at 100 / 1,000 km: windows cut to 118 / 1,227 segments, the cut's 113 /
+  1,204, then regrowing one per RTT).
 - regrowth (``regrowth`` segments per RTT, 1 for every named profile): a flow whose share's window is
   below its bottleneck's window regrows to it, and the time that ramp loses is added to its bytes
   (``sizes`` grow), sent at the bottleneck's rate. It stands in, statically, for the flow that outlasts
   its competitors, or regains a window cut by marks or losses; it also charges flows that end together
   (two 1 GB flows on one link at 1 ms RTT: +13%). It starts from no less than ``min_window`` segments
-  (2: TCP's cuts stop there), so that a share below a segment, as each of 31 flows on a 10 Gbps port
-  with a 10 us RTT has, is not charged a ramp from nothing.
+  (2: TCP's cuts stop there), so that a share below a segment, as each of 31 flows on one 10 Gbps port
+  has at a few us of RTT, is not charged a ramp from that share.
 - contention, what packet transport loses where flows limited by two ports share links, from static
   counts of the routes: a link carrying n flows (n = its bytes over its largest flow's, so that a flow
   that ends early counts less) is contended ``c = (n - 1) / (n - 1 + contention_flows)``: 0 for one
@@ -143,10 +143,11 @@ class Transport:
 # 400-packet port buffers, DCTCP marking above K = max(65 packets, BDP / 7), long links buffered to one BDP): slow
 # start and the RTT exponent of NewReno and Cubic, and every variant's two contention constants (DCTCP's RTT
 # exponent too). Physics or the setup, not fitted: goodput, the handshake, the initial window and segment, one
-# packet of store-and-forward per hop, regrowth of one segment per RTT (additive increase), DCTCP's slow start (1
-# RTT per doubling, the standard's) and its marking threshold (the setup's K, by the DCTCP paper's rule), the
-# exponent of several bottlenecks (1 + the window's exponent in the mark or loss rate), and the ACKs' bytes (a
-# 54-byte frame, 20 IP + 32 TCP with timestamps + 2 PPP, every 2 segments); the fit ran with them on.
+# packet of store-and-forward per hop, regrowth of one segment per RTT (additive increase) from at least 2
+# segments, DCTCP's slow start (1 RTT per doubling, the standard's) and its marking cut (the setup's K, by the
+# DCTCP paper's rule; alpha's gain 1/16), the exponent of several bottlenecks (1 + the window's exponent in the
+# mark or loss rate), and the ACKs' bytes (a 54-byte frame, 20 IP + 32 TCP with timestamps + 2 PPP, every 2
+# segments); the fit ran with them on.
 _TCP = dict(goodput=TCP_GOODPUT, packet_bytes=WIRE_PACKET, handshake_rtts=1.0, regrowth=1.0, ack_bytes=WIRE_ACK,
             ack_every=2.0)
 PROFILES = {
@@ -155,7 +156,7 @@ PROFILES = {
     # Cubic's saturation sits at the fit's bound (16 flows, what the fit half has on a link; fit.py UPPER)
     "cubic": Transport("cubic", **_TCP, slow_start=1.003, rtt_exponent=1.269, contention=0.4086,
                        contention_flows=16.0, hop_exponent=1.5),
-    # DCTCP's saturation sits at the fit's floor (0.1 flows; fit.py LOWER): a contended link loses about 2%
+    # DCTCP's saturation sits at the fit's floor (0.1 flows; fit.py LOWER): a contended link loses about 4%
     "dctcp": Transport("dctcp", **_TCP, slow_start=1.0, rtt_exponent=1.289, contention=0.03904,
                        contention_flows=0.1, hop_exponent=2.0, mark_packets=65.0, mark_bdp=1 / 7),
 }
@@ -185,7 +186,8 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
     L = capacity.shape[0]
     padded = pad_routes(routes, L)
     sizes = jnp.asarray(sizes, capacity.dtype)
-    cap = capacity * transport.goodput
+    payload = capacity * transport.goodput
+    cap = payload  # less, below, what contention and ACKs take
     hop = padded < L
     if transport.contention:
         # contended flows per link: its bytes over its largest flow's (a flow that ends early counts less)
@@ -219,7 +221,7 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
         bdp = jnp.minimum(bdp, transport.window)
     target = bdp
     if transport.mark_packets:
-        line = jnp.concatenate([capacity * transport.goodput, jnp.full((1,), jnp.inf, cap.dtype)])
+        line = jnp.concatenate([payload, jnp.full((1,), jnp.inf, cap.dtype)])
         w0, marked = _marking_cut(transport, padded, hop, line, rtt, sizes, L)
         marked = marked & (w0 < target)
         bdp = jnp.where(marked, w0, target)
@@ -298,15 +300,16 @@ def _marking_cut(transport: Transport, padded, hop, line, rtt, sizes, L):
     the same burst and is marked too, so the window is cut twice, unless the flow's window (its socket
     buffer) held that burst back. Of the ports on the route the one with the least K / n marks first.
 
-    n counts each flow on the port as far as its bytes reach what slow start sends before the marks (4K
-    for a lone flow: twice the round that reaches 2K), and as far as its rounds line up with the others':
+    n counts each flow on the port as far as its bytes reach what slow start sends before the marks (4K / n:
+    twice the round that reaches 2K / n), and as far as its rounds line up with the others':
     a flow at rho times another's RTT falls r (1 - 1 / rho) rounds behind in r rounds, and sends at
     1 / rho of its rate, so over the ~8 rounds before the first marks it adds about
     2 ** -(8 (1 - 1 / rho)) / rho of a flow to their burst (0.55 at rho = 1.1, 1/32 at 2). A port takes
     1 + (n - 1) (min RTT / max RTT) ** 8 (0.47 at 1.1, 1/256 at 2): a heuristic over the port's spread,
     so one flow at another RTT takes the rest out of step too.
     """
-    flat, on = padded.reshape(-1), hop.reshape(-1)
+    flat = padded.reshape(-1)
+    on = (hop & (sizes[:, None] > 0)).reshape(-1)  # a flow without bytes sends no burst
     each = jnp.broadcast_to(rtt[:, None], padded.shape).reshape(-1)
     # 0 on a link no flow crosses: its empty max (-inf) would pass NaN back to its capacity
     longest = jnp.maximum(jax.ops.segment_max(jnp.where(on, each, 0.0), flat, num_segments=L + 1), 0.0)
@@ -316,9 +319,15 @@ def _marking_cut(transport: Transport, padded, hop, line, rtt, sizes, L):
     finite = jnp.isfinite(line)
     k = jnp.maximum(transport.mark_packets * transport.segment,
                     transport.mark_bdp * jnp.where(finite, line, 0.0) * longest)
-    reach = jnp.minimum(sizes[:, None] / (4 * k[padded]), 1.0).reshape(-1)
-    flows = jax.ops.segment_sum(jnp.where(on, reach, 0.0), flat, num_segments=L + 1)
-    together = 1.0 + jnp.maximum(flows - 1.0, 0.0) * spread ** MARK_SYNC
+    # n flows in step each send about 4K / n before the marks: a flow counts as far as its bytes reach that,
+    # from n = 1 to the count it implies in three steps (32 flows of 4K / 8 bytes: 4, 16, 32)
+    ok_k = k > 0
+    unit = jnp.where(ok_k, 4 * jnp.where(ok_k, k, 1.0), jnp.inf)[padded]
+    in_step = jnp.ones(L + 1, k.dtype)
+    for _ in range(3):
+        reach = jnp.minimum(sizes[:, None] * in_step[padded] / unit, 1.0).reshape(-1)
+        in_step = jnp.maximum(jax.ops.segment_sum(jnp.where(on, reach, 0.0), flat, num_segments=L + 1), 1.0)
+    together = 1.0 + (in_step - 1.0) * spread ** MARK_SYNC
     per_flow = jnp.where(hop & finite[padded], (k / together)[padded], jnp.inf)
     least = jnp.min(per_flow, axis=1)
     ok = jnp.isfinite(least)
@@ -330,8 +339,10 @@ def _marking_cut(transport: Transport, padded, hop, line, rtt, sizes, L):
     peak = burst + 2 * k_flow  # the window when its marks return
     alpha = (1.0 - DCTCP_GAIN) ** (doubled + 1.0)
     cuts = 2.0 if transport.window is None else jnp.where(peak > transport.window, 1.0, 2.0)
-    # slow start has sent about twice the marked round's window when the cuts come
-    return peak * (1.0 - alpha / 2) ** cuts, ok & (sizes > 2 * burst)
+    # no cut takes a window below min_window; slow start has sent about twice the marked round's window when the
+    # cuts come
+    cut = jnp.maximum(peak * (1.0 - alpha / 2) ** cuts, transport.min_window * transport.segment)
+    return cut, ok & (sizes > 2 * burst)
 
 
 def _linear_ramp(w0, target, sizes, rtt, step):
