@@ -2,6 +2,8 @@
 None of these need ns-3 (the fit against it is experiments/validation; tests/test_ns3_peer.py runs it)."""
 
 import dataclasses
+import os
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +14,9 @@ import flowmodel as fm
 from flowmodel import steptime as st
 from flowmodel.kernels import PROFILES, transport_inputs
 from flowmodel.kernels._transport import _marking_cut
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "experiments", "validation"))
+import cases  # noqa: E402
 
 
 def test_names_resolve_and_unknown_names_list_the_known_ones():
@@ -157,11 +162,6 @@ def test_marking_cut_counts_the_flows_in_slow_start_together():
 def test_marking_cut_meets_ns3s_windows_over_long_links(km, measured, within):
     # ns-3 3.44's cwnd after slow start's marks (two DCTCP flows, 4 MB windows, docs/accuracy.md): at 2,000 km
     # one cut leaves it above the window (2,762 segments), where it loses nothing
-    import os
-    import sys
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "experiments", "validation"))
-    import cases
-
     c = cases.long_haul(km, "held")
     tr = fm.transport_profile("dctcp").with_window(c.window)
     lat = np.append(c.latency, 0.0)[np.where(c.routes >= 0, c.routes, len(c.latency))]
