@@ -171,6 +171,64 @@ def test_fluid_events_equal_the_xla_engine_and_finish_times_the_oracle(seed):
                                       else getattr(ev0, field))
 
 
+def staggered_instance(seed, groups=4, per=6, F=120):
+    """Links in groups a factor 2 apart in capacity, flows mostly within one group (a few across two), and
+    arrivals over 30 instants, some of them bursts of 12 flows onto one link: an arrival into a fast group
+    lands after the slow groups' steps, a burst or a capped arrival undercuts steps already taken."""
+    rng = np.random.default_rng(seed)
+    L = groups * per
+    capacity = np.repeat(2.0 ** np.arange(groups), per) * 1e9 * rng.uniform(0.7, 1.3, L)
+    routes = np.full((F, 3), -1, np.int32)
+    group = rng.integers(0, groups, F)
+    for f in range(F):
+        n = rng.integers(1, 4)
+        routes[f, :n] = group[f] * per + rng.choice(per, n, replace=False)
+        other = rng.integers(0, L)
+        if rng.random() < 0.1 and other not in routes[f]:  # across two groups
+            routes[f, n - 1] = other
+    instants = np.linspace(0, 4e-3, 30)
+    start = np.where(rng.random(F) < 0.6, rng.choice(instants, F), 0.0)
+    for _ in range(4):  # bursts: 12 flows onto one link at one instant
+        burst = rng.choice(F, 12, replace=False)
+        routes[burst] = -1
+        routes[burst, 0] = rng.integers(0, L)
+        start[burst] = instants[rng.integers(5, 30)]
+    w = rng.uniform(0.5, 2, F)
+    limit = np.where(rng.random(F) < 0.15, capacity[routes[:, 0]] * rng.uniform(0.002, 0.1, F), np.inf)
+    sizes = np.exp(rng.uniform(np.log(1e6), np.log(1e8), F))
+    routes[F - 2:], limit[F - 2:] = -1, 1e9  # empty routes: their cap, from the moment they arrive
+    return routes, sizes, capacity, w, limit, start
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_staggered_arrivals_keep_the_solve_they_leave_standing(seed):
+    """Arrivals re-fill from the first step of the last solve they change (``_host._arrival_restart``);
+    every instance ends as the oracle and the XLA engine, which re-solves every arrival in full, end."""
+    routes, sizes, capacity, w, limit, start = staggered_instance(seed)
+    kw = dict(weights=w, rate_limit=limit, start_times=start)
+    host, ev = fm.completion_events(routes, sizes, capacity, engine="host", **kw)
+    xla, ev0 = fm.completion_events(routes, sizes, capacity, engine="xla", **kw)
+    np.testing.assert_allclose(host, fluid_oracle(routes, sizes, capacity, w, limit, start), rtol=1e-9)
+    np.testing.assert_allclose(host, xla, rtol=1e-12)
+    assert event_count(ev) == event_count(ev0) and int(np.sum(~ev.completes[1:int(ev.count)])) >= 20
+
+
+def test_staggered_arrivals_give_the_xla_engines_gradients():
+    """The adjoint replays the recorded re-fills: after partial re-fills they are those of a full solve."""
+    routes, sizes, capacity, w, limit, start = staggered_instance(2)
+    a = np.random.default_rng(0).normal(size=routes.shape[0])
+
+    def objective(engine):
+        return lambda *x: jnp.vdot(a, fm.completion_times(routes, x[0], x[1], weights=x[2], rate_limit=x[3],
+                                                          start_times=x[4], engine=engine))
+
+    args = tuple(map(jnp.asarray, (sizes, capacity, w, limit, start)))
+    host = jax.grad(objective("host"), argnums=tuple(range(5)))(*args)
+    xla = jax.grad(objective("xla"), argnums=tuple(range(5)))(*args)
+    for g, g0 in zip(host, xla):
+        np.testing.assert_allclose(g, g0, rtol=1e-8, atol=1e-10 * float(jnp.max(jnp.abs(g0)) + 1e-300))
+
+
 @pytest.mark.parametrize("budget", [None, 300, 0])
 def test_fluid_gradients_equal_the_xla_engine(budget, monkeypatch):
     """With the whole forward recorded (None), its first intervals only (300 entries), or none (every

@@ -13,7 +13,7 @@ import pytest
 import flowmodel as fm
 from flowmodel import steptime as st
 from flowmodel.kernels import PROFILES, transport_inputs
-from flowmodel.kernels._transport import _marking_cut
+from flowmodel.kernels._transport import _marking_cut, _pair_groups, pair_groups
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "experiments", "validation"))
 import cases  # noqa: E402
@@ -226,6 +226,35 @@ def test_contention_only_where_no_flow_on_the_link_is_free():
     routes = [[0, 1, 2], [0, -1, -1], [1, -1, -1], [2, -1, -1]]
     t = np.asarray(fm.completion_times(routes, np.full(4, size), np.full(3, cap), transport=tr))
     np.testing.assert_allclose(t, np.full(4, 2 * size / cap), rtol=1e-12)
+
+
+def test_pair_groups_name_each_link_pair_once_and_agree_traced():
+    routes = np.array([[4, 7, -1], [4, 7, 2], [7, 4, -1]])
+    g = pair_groups(routes)
+    ids = {(int(r[i]), int(r[j])): int(g[f, i * 3 + j]) for f, r in enumerate(routes)
+           for i in range(3) for j in range(3) if i != j and r[i] >= 0 and r[j] >= 0}
+    assert len(ids) == 6 and sorted(ids.values()) == list(range(6))  # (4, 7) twice: one id; (7, 4) its own
+    assert g[0, 0] == g[0, 2] == g[1, 4] == 6  # i == j and pads: the id after the last
+    # traced routes (jit, and vmap over two routings) reach the same groups through the host, and the same
+    # transport inputs as routes known at trace time
+    rng = np.random.default_rng(3)
+    batch = np.stack([random_routes(rng) for _ in range(2)])
+    np.testing.assert_array_equal(jax.jit(jax.vmap(_pair_groups))(batch), pair_groups(batch))
+    tr = PROFILES["dctcp"]
+    sizes, cap, lat = rng.uniform(1e6, 1e8, 40), rng.uniform(1e9, 1e10, 12), np.full(12, 1e-6)
+    fn = jax.jit(jax.vmap(lambda r: transport_inputs(tr, r, sizes, cap, lat, jnp.ones(40), jnp.full(40, jnp.inf))))
+    for b, got in enumerate(zip(*fn(batch))):
+        want = transport_inputs(tr, batch[b], sizes, cap, lat, jnp.ones(40), jnp.full(40, jnp.inf))
+        for x, y in zip(got, want):
+            np.testing.assert_allclose(x, y, rtol=1e-12)
+
+
+def random_routes(rng, F=40, L=12, H=4):
+    routes = np.full((F, H), -1, np.int32)
+    for f in range(F):
+        n = rng.integers(1, H + 1)
+        routes[f, :n] = rng.choice(L, n, replace=False)
+    return routes
 
 
 def test_a_flow_across_several_bottlenecks_gets_less_than_its_max_min_share():

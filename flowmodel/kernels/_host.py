@@ -11,9 +11,11 @@ the bottleneck chain (1 + the largest pass of a flow on it that froze before it;
 flow's pass is that of its bottleneck (0 if capped): every link then reads only flows of earlier passes,
 which is all the replay needs, and the number of passes is the chain length, as in the XLA solve.
 
-The event loop keeps the order in which the last solve froze flows: when flows complete, every step
-before the first one that froze a completed flow stands (those links never carried it), so the
-re-fill restarts there from per-link sums rebuilt in one O(F x H) sweep. Activations re-solve in full.
+The event loop keeps the order in which the last solve froze flows, and each step's level: when flows
+complete, every step before the first one that froze a completed flow stands (those links never carried
+it); when flows activate, every step below the least share they bring to a link they cross (or their
+cap) stands (``_arrival_restart``). The re-fill restarts there from per-link sums rebuilt in one
+O(F x H) sweep, and ends as a full solve would, step for step.
 
 Called from JAX through ``jax.pure_callback`` (``vmap_method="expand_dims"``): under ``jax.vmap`` one
 callback receives the whole batch, and the scenarios run in parallel on threads, one per core (the
@@ -109,7 +111,7 @@ def _share(cap, frz, W, cnt, link):
 
 @njit
 def _fill(r, ptr, idx, cap, w, lim, order, n_cap, free, n_free, W, cnt, frz, rates, pass_f, bneck, pass_l, share,
-          wat, step_f, step_l, step0, seq, nseq, structure):
+          wat, step_f, step_l, level, step0, seq, nseq, structure):
     """Freeze the ``n_free`` flows marked ``free``, by increasing share; numbers the steps from ``step0``.
 
     W, cnt, frz: per link, the weight and count of the free flows and the rate of the frozen ones
@@ -160,6 +162,7 @@ def _fill(r, ptr, idx, cap, w, lim, order, n_cap, free, n_free, W, cnt, frz, rat
             rates[f] = lim[f]
             pass_f[f] = 0
             bneck[f] = L
+            level[step] = lim[f] / w[f]
             first = nseq
         elif s < _INF:
             b = heap[0]
@@ -173,6 +176,7 @@ def _fill(r, ptr, idx, cap, w, lim, order, n_cap, free, n_free, W, cnt, frz, rat
             share[b] = s
             wat[b] = W[b]
             step_l[b] = step
+            level[step] = s
             first = nseq
             for j in range(ptr[b], ptr[b + 1]):
                 f = idx[j]
@@ -268,12 +272,49 @@ def solve_csr(r, ptr, idx, cap, w, lim, present):
             _add_free(r, w, f, W, cnt)
     order, n_cap = _cap_order(w, lim)
     left, _ = _fill(r, ptr, idx, cap, w, lim, order, n_cap, free, n_free, W, cnt, np.zeros(L), rates, pass_f, bneck,
-                    pass_l, share, wat, np.full(F, -1, np.int64), np.full(L, -1, np.int64), 0,
+                    pass_l, share, wat, np.full(F, -1, np.int64), np.full(L, -1, np.int64), np.empty(F + 1), 0,
                     np.empty(F, np.int64), 0, True)
     return rates, pass_f, bneck, pass_l, share, wat, pass_f.max() + 1, left
 
 
 # ---- the fluid event loop ---------------------------------------------------------------------------
+
+@njit
+def _arrival_restart(r, ptr, idx, cap, w, lim, active, empty, level, n_step, fresh, mark):
+    """The first step of the last solve that the just-activated flows ``fresh`` change (-1: all of them).
+
+    The new flows bring each link they cross a share no larger than its capacity over the weight of all
+    its active flows (shares only grow as flows freeze), and each their cap level. Every step of the last
+    solve below the least of these stands: each link a new flow crosses then has a larger share than the
+    one the step chose, so the step picks the same link or cap and freezes the same flows at the same rates.
+    """
+    least = _INF
+    links = np.empty(fresh.shape[0] * r.shape[1], np.int64)
+    n = 0
+    for g in fresh:
+        if empty[g]:  # crosses no link: its cap, beside the solve
+            continue
+        least = min(least, lim[g] / w[g])
+        for h in range(r.shape[1]):
+            link = r[g, h]
+            if link >= 0 and not mark[link]:
+                mark[link] = True
+                links[n] = link
+                n += 1
+    for i in range(n):
+        link = links[i]
+        mark[link] = False
+        weight = 0.0
+        for j in range(ptr[link], ptr[link + 1]):
+            if active[idx[j]]:
+                weight += w[idx[j]]
+        least = min(least, cap[link] / weight)
+    least *= 1.0 - 1e-12  # a share within rounding of a step's level could win its tie
+    for j in range(n_step):
+        if level[j] >= least:
+            return j if j > 0 else -1
+    return n_step if n_step > 0 else -1
+
 
 # Re-fills after completions update the per-link frozen rates incrementally; every this many of them
 # the sums are rebuilt exactly, so that rounding cannot accumulate over thousands of events.
@@ -331,6 +372,9 @@ def event_loop(r, ptr, idx, sizes, cap, w, lim, arrival, tie, rec_f, rec_b, rec_
     # the structure ``_fill`` writes: the recording reads each frozen flow's bottleneck and its weight
     pass_f, bneck = np.zeros(F, np.int32), np.zeros(F, np.int32)
     pass_l, share, wat, step_l = np.zeros(L + 1, np.int32), np.zeros(L + 1), np.zeros(L + 1), np.zeros(L, np.int64)
+    level = np.empty(F + 1)
+    mark = np.zeros(L, np.bool_)
+    new_lo = new_hi = 0  # by_arrival[new_lo:new_hi]: flows activated since the last solve
     nseq = 0
     free = np.zeros(F, np.bool_)
     W = np.zeros(L)
@@ -360,7 +404,7 @@ def event_loop(r, ptr, idx, sizes, cap, w, lim, arrival, tie, rec_f, rec_b, rec_
                         _add_free(r, w, f, W, cnt)
                 step0 = 0
                 since_exact = 0
-            else:  # after completions: steps before ``restart`` stand; re-fill the flows frozen since
+            else:  # after completions or activations: steps before ``restart`` stand; re-fill the flows frozen since
                 lo, hi = 0, nseq
                 while lo < hi:
                     mid = (lo + hi) // 2
@@ -384,10 +428,19 @@ def event_loop(r, ptr, idx, sizes, cap, w, lim, arrival, tie, rec_f, rec_b, rec_
                         free[f] = True
                         n_free += 1
                         _add_free(r, w, f, W, cnt)
+                for i in range(new_lo, new_hi):
+                    g = by_arrival[i]
+                    if empty[g]:
+                        rates[g], step_f[g] = lim[g], -1
+                    else:
+                        free[g] = True
+                        n_free += 1
+                        _add_free(r, w, g, W, cnt)
                 nseq = lo
                 step0 = restart
+            new_lo = new_hi
             left, nseq = _fill(r, ptr, idx, cap, w, lim, order, n_cap, free, n_free, W, cnt, frz, rates, pass_f,
-                               bneck, pass_l, share, wat, step_f, step_l, step0, seq, nseq, False)
+                               bneck, pass_l, share, wat, step_f, step_l, level, step0, seq, nseq, False)
             if left > 0:
                 break
         if n_rec == k and rec_ptr.shape[0] > k + 1 and rec_ptr[k] + nseq <= rec_f.shape[0]:
@@ -431,14 +484,18 @@ def event_loop(r, ptr, idx, sizes, cap, w, lim, arrival, tie, rec_f, rec_b, rec_
             else:
                 remaining[f] = max(remaining[f] - rates[f] * dt, 0.0)
         a = -1
+        new_lo = ai
         while ai < F and arrival[by_arrival[ai]] <= t_next:
             g = by_arrival[ai]
             active[g] = True
             first[g] = k + 1
             a = g if a < 0 else min(a, g)
             ai += 1
+        new_hi = ai
         if a >= 0:
-            restart = -1
+            n_step = step_f[seq[nseq - 1]] + 1 if nseq > 0 else 0
+            restart = min(restart, _arrival_restart(r, ptr, idx, cap, w, lim, active, empty, level, n_step,
+                                                    by_arrival[new_lo:new_hi], mark))
         time[k + 1] = t_next
         cause[k + 1] = c if by_completion else a
         completes[k + 1] = by_completion

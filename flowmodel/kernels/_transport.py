@@ -75,6 +75,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import _checks
 from ._incidence import link_sums, pad_routes
 
 TCP_GOODPUT = 1448.0 / 1502.0  # payload of a 1500-byte IPv4 packet with TCP timestamps, over its PPP frame
@@ -182,6 +183,7 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
     ``reverse``: int[L] the link that carries each link's ACKs back (-1: none), or None: ACKs take no
     capacity (``fabric.reverse_links`` builds it from the links' ends).
     """
+    groups = _pair_groups(routes) if transport.contention else None
     routes, capacity, latency = jnp.asarray(routes), jnp.asarray(capacity), jnp.asarray(latency)
     L = capacity.shape[0]
     padded = pad_routes(routes, L)
@@ -197,7 +199,8 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
         crowd = jnp.where(largest > 0, total / jnp.where(largest > 0, largest, 1.0), 1.0)
         excess = jnp.maximum(crowd - 1.0, 0.0)
         here = excess / (excess + transport.contention_flows)  # 0 for one flow, towards 1 for many
-        elsewhere = _least_contended_elsewhere(padded, hop, sizes, total, largest, transport.contention_flows, L)
+        elsewhere = _least_contended_elsewhere(groups, padded, hop, sizes, total, largest, transport.contention_flows,
+                                               L)
         finite = jnp.isfinite(cap)  # an infinite link stays infinite, and passes no NaN back
         cap = jnp.where(finite, jnp.where(finite, cap, 1.0) / (1.0 + transport.contention * here[:L] * elsewhere[:L]),
                         cap)
@@ -365,27 +368,54 @@ def _linear_ramp(w0, target, sizes, rtt, step):
     return inside, lost, time
 
 
-def _least_contended_elsewhere(padded, hop, sizes, total, largest, flows, L):
+def pair_groups(routes: np.ndarray) -> np.ndarray:
+    """int32[..., F, H * H]: for each flow's ordered pair of hops (i, j), i != j, an id shared by every
+    hop pair of the batch entry that crosses the same two links in the same order (numbered from 0);
+    entries that are not a pair of hops (i == j, or a pad) get the next id after the last. ``routes``
+    int[..., F, H], -1 pads; integers in, integers out, so no gradient is lost.
+
+    A host computation: unique over the real pairs only (a route of 3 hops has 6 of its H x H slots), where
+    an on-device sort would order every padded slot (F H^2: 18M at 128K flows of up to 12 hops).
+    """
+    routes = np.asarray(routes)
+    *lead, F, H = routes.shape
+    flat = routes.reshape(-1, F, H)
+    out = np.empty((flat.shape[0], F, H * H), np.int32)
+    i, j = np.meshgrid(np.arange(H), np.arange(H), indexing="ij")
+    i, j = i.reshape(-1), j.reshape(-1)
+    for n, r in enumerate(flat):
+        r = r.astype(np.int64)
+        pair = (r[:, i] >= 0) & (r[:, j] >= 0) & (i != j)[None, :]
+        key = r[:, i][pair] * (int(r.max(initial=0)) + 1) + r[:, j][pair]
+        unique, ids = np.unique(key, return_inverse=True)
+        out[n].fill(unique.size)
+        out[n][pair] = ids
+    return out.reshape(*lead, F, H * H)
+
+
+def _pair_groups(routes):
+    """``pair_groups`` of routes known now (NumPy), or of traced ones through a host callback."""
+    if not _checks.is_traced(routes):
+        return jnp.asarray(pair_groups(np.asarray(routes)))
+    F, H = routes.shape
+    return jax.pure_callback(pair_groups, jax.ShapeDtypeStruct((F, H * H), jnp.int32), routes,
+                             vmap_method="expand_dims")
+
+
+def _least_contended_elsewhere(groups, padded, hop, sizes, total, largest, flows, L):
     """float[L + 1]: for each link, the least over its flows of how contended each is on its other hops.
 
     A flow's contention on hop h seen from hop l counts only the competitors on h that do not also cross
     l: where the same flows cross both (a ring's uplink and the next leaf's downlink) they are one
-    bottleneck, not two. The bytes on both hops of each pair come from one sort of the F x H x H hop
-    pairs (lexicographic, so any link count fits in int32).
+    bottleneck, not two. ``groups`` (``pair_groups``) names the link pair of each hop pair, so the bytes
+    on both hops of each pair are one segment sum.
     """
     F, H = padded.shape
     i, j = np.meshgrid(np.arange(H), np.arange(H), indexing="ij")
     i, j = i.reshape(-1), j.reshape(-1)
     pair = hop[:, i] & hop[:, j] & (i != j)[None, :]
-    a = jnp.where(pair, padded[:, i], L).reshape(-1)
-    b = jnp.where(pair, padded[:, j], L).reshape(-1)
-    order = jnp.lexsort((b, a))
-    sa, sb = a[order], b[order]
-    group = jnp.cumsum(jnp.concatenate([jnp.ones(1, jnp.int32),
-                                        ((sa[1:] != sa[:-1]) | (sb[1:] != sb[:-1])).astype(jnp.int32)])) - 1
-    weight = jnp.repeat(sizes, H * H)[order]
-    both = jax.ops.segment_sum(weight, group, num_segments=F * H * H)[group]
-    both = jnp.zeros(F * H * H, sizes.dtype).at[order].set(both).reshape(F, H * H)
+    flat = groups.reshape(-1)
+    both = jax.ops.segment_sum(jnp.repeat(sizes, H * H), flat, num_segments=F * H * H)[flat].reshape(F, H * H)
     other = padded[:, j]
     ok = largest[other] > 0
     distinct = jnp.where(ok, (total[other] - both) / jnp.where(ok, largest[other], 1.0), 0.0)
@@ -394,4 +424,3 @@ def _least_contended_elsewhere(padded, hop, sizes, total, largest, flows, L):
     least = jax.ops.segment_min(jnp.where(hop, elsewhere, jnp.inf).reshape(-1), padded.reshape(-1),
                                 num_segments=L + 1)
     return jnp.where(jnp.isfinite(least), least, 0.0)
-

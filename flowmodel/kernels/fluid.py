@@ -15,7 +15,8 @@ costs O(L) plus its passes, not O(F x H). After activations the rates are re-sol
 
 Engines. On a CPU backend (``engine="host"``, the default there) the event loop is the compiled one of
 ``_host``: the same events, with the re-fill restarting at the first step of the sequential solve that
-froze a completed flow. The XLA loop above is the accelerator path. Both record the same ``Events``.
+froze a completed flow or that an activated flow undercuts. The XLA loop above is the accelerator
+path. Both record the same ``Events``.
 
 Differentiation. A custom VJP runs the adjoint of the event recursion backwards: completion event
 times solve ``sum_k x_d^k (t_{k+1} - t_k) = size_d`` for the flow d that defines them, activation
