@@ -31,7 +31,7 @@ import numpy as np
 
 from ._programs import Program
 from .fabric import Network
-from .kernels import Incidence, incidence
+from .kernels import HopPairs, Incidence, incidence, stacked_hop_pairs
 from .routing import HASHED, split
 from .scenario import Model, Routing
 from .steptime import (
@@ -96,13 +96,14 @@ def _map_phases(plan, fn: Callable[[str, RoutedPhase], RoutedPhase]):
     return map_training_phases(plan, fn) if isinstance(plan, TrainingPlan) else plan.map_phases(fn)
 
 
-def _with_routes(rp: RoutedPhase, routes, table: Incidence | None = None) -> RoutedPhase:
-    """``rp`` with other routes for the same sub-flows (and their incidence, for the xla engine)."""
+def _with_routes(rp: RoutedPhase, routes, tables: dict | None = None) -> RoutedPhase:
+    """``rp`` with other routes for the same sub-flows (and the tables of them the options read:
+    ``SeedSet._phase_tables``)."""
     if rp.sub is None or routes is None:
         return rp
     out = dataclasses.replace(rp, sub=dataclasses.replace(rp.sub, routes=routes))
-    if table is not None:
-        out.__dict__["incidence"] = table  # the cached_property's slot: a traced table inside the vmap
+    for name, table in (tables or {}).items():
+        out.__dict__[name] = table  # the cached_property's slot: a traced table inside the vmap
     return out
 
 
@@ -148,7 +149,7 @@ class SeedSet:
             raise ValueError("fabric.routing.seeds: needs at least one seed")
         r = model.scenario.routing
         self._programs: dict[Options, Callable] = {}
-        self._tables: tuple | None = None
+        self._tables: dict[tuple, tuple] = {}  # the tables of the seeds' routes, by the kinds the options read
         self.groups, self._alike = model.groups, False
         self._plans = model.all_plans  # in Model.fleet's order
         if self.single:
@@ -202,19 +203,31 @@ class SeedSet:
     def __len__(self) -> int:
         return len(self.seeds)
 
-    def _incidences(self, options: Options):
-        """Per phase, the stacked incidences the xla engine needs (None for the host engine: it reads routes)."""
-        if options.engine.on_host:
+    def _phase_tables(self, options: Options):
+        """Per phase, the stacked tables of its seeds' routes that ``options`` read (None: none): the
+        incidences the xla engine needs (the host engine reads routes), and the hop pairs a transport
+        profile's contention reads."""
+        kinds = (() if options.engine.on_host else ("incidence",)) + (
+            ("hop_pairs",) if options.transport is not None and options.transport.contention else ())
+        if not kinds:
             return None
-        if self._tables is None:
+        if kinds not in self._tables:
             L = self.model.network.num_links
 
-            def table(r):
-                return None if r is None else _stacked_incidence(r, L)
+            def tables(r):
+                if r is None:
+                    return None
+                out = {}
+                if "incidence" in kinds:
+                    out["incidence"] = _stacked_incidence(r, L)
+                if "hop_pairs" in kinds:
+                    with jax.ensure_compile_time_eval():  # first use may be inside a trace: keep them concrete
+                        out["hop_pairs"] = HopPairs(*map(jnp.asarray, stacked_hop_pairs(r)))
+                return out
 
-            self._tables = (tuple({n: table(r) for n, r in rs.items()} for rs in self._routes),
-                            tuple(table(r) for r in self._transfer_routes))
-        return self._tables
+            self._tables[kinds] = (tuple({n: tables(r) for n, r in rs.items()} for rs in self._routes),
+                                   tuple(tables(r) for r in self._transfer_routes))
+        return self._tables[kinds]
 
     def _fleet_at(self, routes, transfer_routes, fixed, tables, network: Network, options: Options, logits):
         m = self.model
@@ -234,7 +247,7 @@ class SeedSet:
         if self.single or self._alike:  # every seed routes every phase alike: one evaluation, S copies
             S = len(self.seeds)
             return jax.tree.map(lambda x: jnp.broadcast_to(x, (S,) + jnp.shape(x)), m.fleet(network, options, logits))
-        tables = self._incidences(options)
+        tables = self._phase_tables(options)
         stacked = jax.tree.map(jnp.asarray, (self._routes, self._transfer_routes, self._fixed))  # canonical arrays
         return jax.vmap(lambda r, t, f, tb: self._fleet_at(r, t, f, tb, network, options, logits))(*stacked, tables)
 

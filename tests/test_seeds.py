@@ -71,6 +71,23 @@ def test_sixteen_seeds_batched_equal_sixteen_single_seed_runs():
     assert times.max() > 1.1 * times.min()  # the seeds do differ: the comparison means something
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["host", "xla"])
+def test_seeds_batched_under_a_transport_profile_equal_single_seed_runs(engine):
+    """Contention reads each seed's hop pairs, stacked beside the routes (and the incidences for xla)."""
+    setting = ("model.transport=dctcp", f"model.engine={engine}")
+    batch = seeds.over_seeds(scenario.prepare(_small(*setting)), range(3))
+    got = batch.evaluate()
+    assert {k for kinds in batch._tables for k in kinds} == ({"hop_pairs"} if engine == "host" else
+                                                            {"hop_pairs", "incidence"})
+    for s in range(3):
+        one = scenario.prepare(_small(*setting, f"fabric.routing.seed={s}")).evaluate()
+        for name, r in one.steps.items():
+            assert float(got.steps[name].step_time[s]) == pytest.approx(float(r.step_time), rel=1e-9, abs=0)
+    times = np.asarray(got.steps["one"].step_time)
+    assert times.max() > 1.01 * times.min()
+
+
 def test_reseeded_router_shares_the_seed_free_tables_and_draws_its_own_sample():
     fleet = fb.Fleet(sites=(fb.Site("a", scale_out=fb.Clos(tiers=2, gpus_per_leaf=8, leaves_per_pod=4,
                                                             spines_per_pod=8)),))

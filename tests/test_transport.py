@@ -13,7 +13,7 @@ import pytest
 import flowmodel as fm
 from flowmodel import steptime as st
 from flowmodel.kernels import PROFILES, transport_inputs
-from flowmodel.kernels._transport import _marking_cut, _pair_groups, pair_groups
+from flowmodel.kernels._transport import _marking_cut, hop_pairs, pairs_of, stacked_hop_pairs
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "experiments", "validation"))
 import cases  # noqa: E402
@@ -228,31 +228,43 @@ def test_contention_only_where_no_flow_on_the_link_is_free():
     np.testing.assert_allclose(t, np.full(4, 2 * size / cap), rtol=1e-12)
 
 
-def test_pair_groups_name_each_link_pair_once_and_agree_traced():
+def test_hop_pairs_name_each_link_pair_once_and_agree_traced():
     routes = np.array([[4, 7, -1], [4, 7, 2], [7, 4, -1]])
-    g = pair_groups(routes)
-    ids = {(int(r[i]), int(r[j])): int(g[f, i * 3 + j]) for f, r in enumerate(routes)
-           for i in range(3) for j in range(3) if i != j and r[i] >= 0 and r[j] >= 0}
-    assert len(ids) == 6 and sorted(ids.values()) == list(range(6))  # (4, 7) twice: one id; (7, 4) its own
-    assert g[0, 0] == g[0, 2] == g[1, 4] == 6  # i == j and pads: the id after the last
-    # traced routes (jit, and vmap over two routings) reach the same groups through the host, and the same
+    p = hop_pairs(routes)
+    got = {(int(r // 3), int(r % 3), int(o)): int(g) for r, o, g in zip(p.row, p.other, p.group)}
+    assert len(got) == 2 + 6 + 2  # every ordered pair of distinct hops, none of a pad
+    ids = {}
+    for (f, i, other), g in got.items():
+        ids.setdefault((int(routes[f, i]), other), set()).add(g)
+    assert all(len(g) == 1 for g in ids.values()) and len(ids) == 6  # (4, 7) in two flows: one id; (7, 4) its own
+    assert sorted(set().union(*ids.values())) == list(range(6))
+    # the stacked (padded) pairs of two routings, and traced routes (jit, vmap) through the host, give the same
     # transport inputs as routes known at trace time
     rng = np.random.default_rng(3)
-    batch = np.stack([random_routes(rng) for _ in range(2)])
-    np.testing.assert_array_equal(jax.jit(jax.vmap(_pair_groups))(batch), pair_groups(batch))
-    tr = PROFILES["dctcp"]
+    batch = np.stack([random_routes(rng, most=3 + b) for b in range(2)])
+    stacked = stacked_hop_pairs(batch)
+    assert stacked.row.shape[0] == 2 and (stacked.group[0] == stacked.row.shape[1]).sum() > 0  # the shorter padded
     sizes, cap, lat = rng.uniform(1e6, 1e8, 40), rng.uniform(1e9, 1e10, 12), np.full(12, 1e-6)
-    fn = jax.jit(jax.vmap(lambda r: transport_inputs(tr, r, sizes, cap, lat, jnp.ones(40), jnp.full(40, jnp.inf))))
-    for b, got in enumerate(zip(*fn(batch))):
-        want = transport_inputs(tr, batch[b], sizes, cap, lat, jnp.ones(40), jnp.full(40, jnp.inf))
-        for x, y in zip(got, want):
-            np.testing.assert_allclose(x, y, rtol=1e-12)
+
+    def inputs(r, pairs=None, tr=PROFILES["dctcp"]):
+        return transport_inputs(tr, r, sizes, cap, lat, jnp.ones(40), jnp.full(40, jnp.inf), pairs=pairs)
+
+    traced = jax.jit(jax.vmap(inputs))(batch)
+    given = jax.jit(jax.vmap(inputs))(batch, jax.tree.map(jnp.asarray, stacked))
+    for b in range(2):
+        want = inputs(batch[b])
+        free = inputs(batch[b], tr=dataclasses.replace(PROFILES["dctcp"], contention=0.0))
+        assert np.sum(np.asarray(want[1]) < np.asarray(free[1]) * (1 - 1e-4)) >= 3  # contention took capacity
+        for x, y, z in zip(want, (t[b] for t in traced), (g[b] for g in given)):
+            np.testing.assert_allclose(y, x, rtol=1e-12)
+            np.testing.assert_allclose(z, x, rtol=1e-12)
+    assert pairs_of(jnp.asarray(batch[0])).row.shape == (hop_pairs(batch[0]).row.shape[0],)
 
 
-def random_routes(rng, F=40, L=12, H=4):
+def random_routes(rng, F=40, L=12, H=4, most=4):
     routes = np.full((F, H), -1, np.int32)
     for f in range(F):
-        n = rng.integers(1, H + 1)
+        n = rng.integers(1, most + 1)
         routes[f, :n] = rng.choice(L, n, replace=False)
     return routes
 

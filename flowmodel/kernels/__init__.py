@@ -5,7 +5,7 @@ but ``flowmodel._checks`` and ``flowmodel._types``); the host engine runs compil
   fluid.py        completion_times, completion_events (fluid event loop; custom VJP), interval_loads
   smooth.py       smooth_maxmin_rates (alpha-fair relaxation)
   congestion.py   latency, window, queueing and bound models
-  _transport.py   Transport profiles (goodput, start delay, RTT sharing, window) fitted against ns-3
+  _transport.py   Transport profiles (goodput, start delay, RTT sharing, window) fitted against ns-3; HopPairs
   _incidence.py   Incidence / incidence (the flows of each link, prepared once), padding, per-link sums, checks
   _engine.py      Engine: which kernels a solve runs on (auto / host / xla), a static, hashable choice
   _host.py        the compiled CPU engine (Numba): max-min and the fluid event loop, via pure_callback
@@ -17,7 +17,10 @@ from ._engine import Engine as Engine
 from ._incidence import Incidence as Incidence
 from ._incidence import incidence as incidence
 from ._transport import PROFILES as PROFILES
+from ._transport import HopPairs as HopPairs
 from ._transport import Transport as Transport
+from ._transport import pairs_of as pairs_of
+from ._transport import stacked_hop_pairs as stacked_hop_pairs
 from ._transport import transport_inputs as transport_inputs
 from ._transport import transport_profile as transport_profile
 from ._waterfill import MaxMinStructure as MaxMinStructure

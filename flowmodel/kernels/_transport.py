@@ -70,12 +70,14 @@ crossing the marking threshold, a flow ending inside a ramp), so gradients pass 
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .. import _checks
+from .._types import Array
 from ._incidence import link_sums, pad_routes
 
 TCP_GOODPUT = 1448.0 / 1502.0  # payload of a 1500-byte IPv4 packet with TCP timestamps, over its PPP frame
@@ -176,14 +178,17 @@ def transport_profile(transport: str | Transport | None) -> Transport | None:
     raise ValueError(f"transport: unknown profile {transport!r}; known: {known} (or a Transport, or None)")
 
 
-def transport_inputs(transport: Transport, routes, sizes, capacity, latency, weights, rate_limit, reverse=None):
+def transport_inputs(transport: Transport, routes, sizes, capacity, latency, weights, rate_limit, reverse=None,
+                     pairs: HopPairs | None = None):
     """The fluid inputs a profile implies: ``(sizes, capacity, weights, rate_limit, start_delay[F])``.
 
     ``routes`` int[F, H] (-1 pads); the rest as in ``completion_times`` (weights / rate_limit float[F]).
     ``reverse``: int[L] the link that carries each link's ACKs back (-1: none), or None: ACKs take no
-    capacity (``fabric.reverse_links`` builds it from the links' ends).
+    capacity (``fabric.reverse_links`` builds it from the links' ends). ``pairs``: the routes'
+    :class:`HopPairs`, which contention reads (default: built from the routes, see ``pairs_of``).
     """
-    groups = _pair_groups(routes) if transport.contention else None
+    if transport.contention and pairs is None:
+        pairs = pairs_of(routes)
     routes, capacity, latency = jnp.asarray(routes), jnp.asarray(capacity), jnp.asarray(latency)
     L = capacity.shape[0]
     padded = pad_routes(routes, L)
@@ -199,7 +204,7 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
         crowd = jnp.where(largest > 0, total / jnp.where(largest > 0, largest, 1.0), 1.0)
         excess = jnp.maximum(crowd - 1.0, 0.0)
         here = excess / (excess + transport.contention_flows)  # 0 for one flow, towards 1 for many
-        elsewhere = _least_contended_elsewhere(groups, padded, hop, sizes, total, largest, transport.contention_flows,
+        elsewhere = _least_contended_elsewhere(pairs, padded, hop, sizes, total, largest, transport.contention_flows,
                                                L)
         finite = jnp.isfinite(cap)  # an infinite link stays infinite, and passes no NaN back
         cap = jnp.where(finite, jnp.where(finite, cap, 1.0) / (1.0 + transport.contention * here[:L] * elsewhere[:L]),
@@ -368,59 +373,89 @@ def _linear_ramp(w0, target, sizes, rtt, step):
     return inside, lost, time
 
 
-def pair_groups(routes: np.ndarray) -> np.ndarray:
-    """int32[..., F, H * H]: for each flow's ordered pair of hops (i, j), i != j, an id shared by every
-    hop pair of the batch entry that crosses the same two links in the same order (numbered from 0);
-    entries that are not a pair of hops (i == j, or a pad) get the next id after the last. ``routes``
-    int[..., F, H], -1 pads; integers in, integers out, so no gradient is lost.
+class HopPairs(NamedTuple):
+    """Every flow's ordered pairs of distinct hops (i, j), grouped by the two links they cross
+    (``hop_pairs``); P entries, the last ones padding where a batch is padded to its longest.
 
-    A host computation: unique over the real pairs only (a route of 3 hops has 6 of its H x H slots), where
-    an on-device sort would order every padded slot (F H^2: 18M at 128K flows of up to 12 hops).
+    row:   int32[P]  f x H + i (F x H: padding)
+    other: int32[P]  the link of hop j (-1: padding)
+    group: int32[P]  the pair (link of hop i, link of hop j), numbered from 0 (P: padding)
     """
-    routes = np.asarray(routes)
-    *lead, F, H = routes.shape
-    flat = routes.reshape(-1, F, H)
-    out = np.empty((flat.shape[0], F, H * H), np.int32)
+
+    row: Array
+    other: Array
+    group: Array
+
+
+def hop_pairs(routes, length: int | None = None) -> HopPairs:
+    """:class:`HopPairs` of int[F, H] routes (-1 pads) known now, padded to ``length`` entries (default:
+    as many as there are; a route of 3 hops has 6 pairs of its H x H slots). Integers only: no gradient
+    passes through them."""
+    r = np.asarray(routes).astype(np.int64)
+    F, H = r.shape
     i, j = np.meshgrid(np.arange(H), np.arange(H), indexing="ij")
     i, j = i.reshape(-1), j.reshape(-1)
-    for n, r in enumerate(flat):
-        r = r.astype(np.int64)
-        pair = (r[:, i] >= 0) & (r[:, j] >= 0) & (i != j)[None, :]
-        key = r[:, i][pair] * (int(r.max(initial=0)) + 1) + r[:, j][pair]
-        unique, ids = np.unique(key, return_inverse=True)
-        out[n].fill(unique.size)
-        out[n][pair] = ids
-    return out.reshape(*lead, F, H * H)
+    pair = (r[:, i] >= 0) & (r[:, j] >= 0) & (i != j)[None, :]
+    f, slot = np.nonzero(pair)
+    a, b = r[f, i[slot]], r[f, j[slot]]
+    _, group = np.unique(a * (int(r.max(initial=0)) + 1) + b, return_inverse=True)
+    P = f.size if length is None else length
+    if P < f.size:
+        raise ValueError(f"hop_pairs: {f.size} pairs do not fit in length {length}")
+    out = HopPairs(np.full(P, F * H, np.int32), np.full(P, -1, np.int32), np.full(P, P, np.int32))
+    out.row[:f.size], out.other[:f.size], out.group[:f.size] = f * H + i[slot], b, group.reshape(-1)
+    return out
 
 
-def _pair_groups(routes):
-    """``pair_groups`` of routes known now (NumPy), or of traced ones through a host callback."""
+def stacked_hop_pairs(routes) -> HopPairs:
+    """:class:`HopPairs` of several routings of the same flows (int[S, F, H]), each padded to the longest."""
+    each = [hop_pairs(r) for r in np.asarray(routes)]
+    P = max(p.row.shape[0] for p in each)
+    F_H = routes.shape[1] * routes.shape[2]
+
+    def pad(p):
+        n = p.row.shape[0]
+        return (np.pad(p.row, (0, P - n), constant_values=F_H), np.pad(p.other, (0, P - n), constant_values=-1),
+                np.concatenate([p.group, np.full(P - n, P, np.int32)]))
+
+    return HopPairs(*(np.stack(x) for x in zip(*(pad(p) for p in each))))
+
+
+def pairs_of(routes) -> HopPairs:
+    """``hop_pairs`` of routes known now, or of traced ones through a host callback, padded to every slot
+    (F x H x (H - 1) entries: pass the pairs, as a prepared phase does, to keep them to the real ones)."""
     if not _checks.is_traced(routes):
-        return jnp.asarray(pair_groups(np.asarray(routes)))
+        return HopPairs(*map(jnp.asarray, hop_pairs(routes)))
     F, H = routes.shape
-    return jax.pure_callback(pair_groups, jax.ShapeDtypeStruct((F, H * H), jnp.int32), routes,
-                             vmap_method="expand_dims")
+    P = F * H * (H - 1)
+    shape = HopPairs(*(jax.ShapeDtypeStruct((P,), jnp.int32),) * 3)
+
+    def call(r):
+        r = np.asarray(r)
+        flat = [hop_pairs(x, P) for x in r.reshape(-1, F, H)]
+        return HopPairs(*(np.stack(x).reshape(r.shape[:-2] + (P,)) for x in zip(*flat)))
+
+    return jax.pure_callback(call, shape, routes, vmap_method="expand_dims")
 
 
-def _least_contended_elsewhere(groups, padded, hop, sizes, total, largest, flows, L):
+def _least_contended_elsewhere(pairs: HopPairs, padded, hop, sizes, total, largest, flows, L):
     """float[L + 1]: for each link, the least over its flows of how contended each is on its other hops.
 
     A flow's contention on hop h seen from hop l counts only the competitors on h that do not also cross
     l: where the same flows cross both (a ring's uplink and the next leaf's downlink) they are one
-    bottleneck, not two. ``groups`` (``pair_groups``) names the link pair of each hop pair, so the bytes
-    on both hops of each pair are one segment sum.
+    bottleneck, not two. ``pairs`` groups every flow's hop pairs by the links they cross, so the bytes on
+    both links of each pair are one segment sum over the real pairs.
     """
     F, H = padded.shape
-    i, j = np.meshgrid(np.arange(H), np.arange(H), indexing="ij")
-    i, j = i.reshape(-1), j.reshape(-1)
-    pair = hop[:, i] & hop[:, j] & (i != j)[None, :]
-    flat = groups.reshape(-1)
-    both = jax.ops.segment_sum(jnp.repeat(sizes, H * H), flat, num_segments=F * H * H)[flat].reshape(F, H * H)
-    other = padded[:, j]
-    ok = largest[other] > 0
+    P = pairs.row.shape[0]
+    flow_bytes = jnp.concatenate([sizes, jnp.zeros(1, sizes.dtype)])[jnp.minimum(pairs.row // H, F)]
+    both = jax.ops.segment_sum(flow_bytes, pairs.group, num_segments=P + 1)[pairs.group]
+    other = jnp.where(pairs.other >= 0, pairs.other, L)
+    ok = (pairs.other >= 0) & (largest[other] > 0)
     distinct = jnp.where(ok, (total[other] - both) / jnp.where(ok, largest[other], 1.0), 0.0)
-    seen = jnp.where(pair, distinct / (distinct + flows), 0.0).reshape(F, H, H)
-    elsewhere = jnp.max(seen, axis=2)  # [f, i]: the most contended other hop of f, seen from its hop i
-    least = jax.ops.segment_min(jnp.where(hop, elsewhere, jnp.inf).reshape(-1), padded.reshape(-1),
+    seen = jnp.where(ok, distinct / (distinct + flows), 0.0)
+    # [f, i]: the most contended other hop of f, seen from its hop i (0 where it has no other hop)
+    elsewhere = jnp.maximum(jax.ops.segment_max(seen, pairs.row, num_segments=F * H + 1)[:F * H], 0.0)
+    least = jax.ops.segment_min(jnp.where(hop.reshape(-1), elsewhere, jnp.inf), padded.reshape(-1),
                                 num_segments=L + 1)
     return jnp.where(jnp.isfinite(least), least, 0.0)

@@ -25,11 +25,13 @@ from .._checks import is_traced
 from ..fabric import FabricInfo, Tier
 from ..kernels import (
     Engine,
+    HopPairs,
     Incidence,
     Transport,
     completion_times,
     incidence,
     link_bytes,
+    pairs_of,
     queueing_delay,
     route_latency,
     smooth_maxmin_rates,
@@ -191,21 +193,23 @@ def _rate_limit(sub: SubFlows, latency, congestion: Congestion | None):
     return window_limited_rate(sub.routes, latency, congestion.window * jnp.asarray(sub.fraction))
 
 
-def _transported(options: Options, sub: SubFlows, sizes, capacity, latency, weights, limit, reverse=None):
+def _transported(options: Options, rp: RoutedPhase, sizes, capacity, latency, weights, limit):
     """``(sizes, capacity, weights, rate_limit, start delay or None)`` under the options' transport profile.
 
     The same transform as ``completion_times(..., transport=...)``, without the fluid activation
-    latency, which the phase's latency term already counts. ``reverse``: the fabric's way back per
-    link (``FabricInfo.reverse``), -1 beyond it.
+    latency, which the phase's latency term already counts. ACKs go back on the fabric's way back per
+    link (``rp.reverse``, ``FabricInfo.reverse``), none beyond it.
     """
     if options.transport is None:
         return sizes, capacity, weights, limit, None
+    sub, reverse = rp.sub, rp.reverse
     F = sizes.shape[0]
     weights = jnp.ones(F) if weights is None else jnp.broadcast_to(weights, (F,))
     limit = jnp.full(F, jnp.inf) if limit is None else limit
     if reverse is not None and reverse.shape[0] < capacity.shape[0]:  # appended links have no way back
         reverse = np.concatenate([reverse, np.full(capacity.shape[0] - reverse.shape[0], -1, np.int64)])
-    return transport_inputs(options.transport, sub.routes, sizes, capacity, latency, weights, limit, reverse)
+    pairs = rp.hop_pairs if options.transport.contention else None
+    return transport_inputs(options.transport, sub.routes, sizes, capacity, latency, weights, limit, reverse, pairs)
 
 
 def _route_latencies(sub: SubFlows, sizes, capacity, latency, bandwidth_time, congestion: Congestion | None):
@@ -350,6 +354,15 @@ class RoutedPhase:
         with jax.ensure_compile_time_eval():  # first use may be inside a trace: keep the table concrete
             return incidence(self.sub.routes, self.num_links)
 
+    @functools.cached_property
+    def hop_pairs(self) -> HopPairs | None:
+        """Its flows' hop pairs grouped by link pair, which a transport profile's contention reads: built
+        from the NumPy routes on first use and kept (``kernels.pairs_of``)."""
+        if self.sub is None:
+            return None
+        with jax.ensure_compile_time_eval():
+            return pairs_of(self.sub.routes)
+
     @property
     def steps(self) -> int:
         return self.phase.steps
@@ -362,8 +375,9 @@ class RoutedPhase:
         if self.candidates is None:
             raise ValueError("logits: only a phase routed with the 'wcmp' policy takes split logits")
         split = dataclasses.replace(self, sub=wcmp(self.candidates, logits))
-        if "incidence" in self.__dict__:  # same routes: keep the table already built
-            split.__dict__["incidence"] = self.__dict__["incidence"]
+        for table in ("incidence", "hop_pairs"):  # same routes: keep the tables already built
+            if table in self.__dict__:
+                split.__dict__[table] = self.__dict__[table]
         return split
 
 
@@ -436,8 +450,7 @@ def fluid_inputs(rp: RoutedPhase, capacity, latency, options: Options = EXACT, s
     sizes = sub.sizes(rp.sizes)
     limit = _rate_limit(sub, latency, options.congestion)
     starts = None if start_times is None else jnp.asarray(start_times)[sub.parent]
-    sizes, cap, weights, limit, delay = _transported(options, sub, sizes, capacity, latency, sub.weights(), limit,
-                                                     rp.reverse)
+    sizes, cap, weights, limit, delay = _transported(options, rp, sizes, capacity, latency, sub.weights(), limit)
     if delay is not None:
         starts = delay if starts is None else starts + delay
     return sizes, cap, weights, limit, starts
