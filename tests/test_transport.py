@@ -13,7 +13,7 @@ import pytest
 import flowmodel as fm
 from flowmodel import steptime as st
 from flowmodel.kernels import PROFILES, transport_inputs
-from flowmodel.kernels._transport import _marking_cut, hop_pairs, pairs_of, stacked_hop_pairs
+from flowmodel.kernels._transport import _largest_other, _marking_cut, hop_pairs, pairs_of, stacked_hop_pairs
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "experiments", "validation"))
 import cases  # noqa: E402
@@ -192,6 +192,40 @@ def test_regrowth_in_closed_form():
     np.testing.assert_allclose(t1, [lat + big / cap], rtol=1e-12)
 
 
+def test_regrowth_of_the_bytes_sent_after_the_competitors_end():
+    # regrow_outlast (DCTCP): the small flow ends with the big one still there, so nothing regrows for it; the
+    # big one regrows over the bytes it sends alone (big - small), and what that ramp loses is sent at the
+    # link's rate
+    cap, lat = 1.25e9, 1e-4
+    rtt, small, big = 2 * lat, 1e6, 1e9
+    tr = fm.Transport(regrowth=1.0, regrow_outlast=True)
+    t = np.asarray(fm.completion_times([[0], [0]], [small, big], [cap], latency=[lat], transport=tr))
+    half, whole = cap / 2 * rtt, cap * rtt
+    lost = (whole - half) / SEG * rtt * (whole - half) / (2 * whole)
+    np.testing.assert_allclose(t, [lat + 2 * small / cap, lat + (small + big) / cap + lost], rtol=1e-12)
+    # flows that end together regrow nothing (two 1 GB flows), where every-byte regrowth charges both
+    t = np.asarray(fm.completion_times([[0], [0]], [big, big], [cap], latency=[lat], transport=tr))
+    np.testing.assert_allclose(t, np.full(2, lat + 2 * big / cap), rtol=1e-12)
+    every = fm.completion_times([[0], [0]], [big, big], [cap], latency=[lat], transport=fm.Transport(regrowth=1.0))
+    assert np.all(np.asarray(every) > t * 1.001)
+    # at weighted shares the flow of the least weight outlasts the others, though all carry the same bytes: with
+    # weights 2 : 1 the heavier ends when the lighter has sent half its bytes, which the lighter then sends alone
+    t = np.asarray(fm.completion_times([[0], [0]], [big, big], [cap], weights=[2.0, 1.0], latency=[lat],
+                                       transport=tr))
+    heavy = lat + 1.5 * big / cap
+    ramp_bytes = (whole - half) / SEG * (half + whole) / 2  # what the ramp from half to the whole window sends
+    assert ramp_bytes < big / 2
+    np.testing.assert_allclose(t, [heavy, lat + 2 * big / cap + lost], rtol=1e-12)
+
+
+def test_largest_other_flow_on_each_hop():
+    routes = np.array([[0, 1], [0, -1], [0, 2], [1, -1]])
+    padded = jnp.where(routes < 0, 3, routes)
+    got = np.asarray(_largest_other(padded, padded < 3, jnp.array([5.0, 7.0, 7.0, 2.0]), 3))
+    # link 0 carries 5, 7, 7: each 7 meets the other 7; link 1 carries 5 and 2; link 2 its flow alone; pads inf
+    np.testing.assert_array_equal(got, [[7.0, 2.0], [7.0, np.inf], [7.0, 0.0], [5.0, np.inf]])
+
+
 def test_regrowth_starts_from_the_least_window():
     # 100 flows on a 10 us link: each share's window (125 B) is below 2 segments, where TCP's cuts stop, so
     # each regrows to the link's 12.5 kB from 2 segments; with a 1-segment floor, from 1 segment
@@ -368,9 +402,12 @@ def test_gradients_match_finite_differences():
     _check_gradients(routes, sizes, cap, lat, inc, tr)
 
 
-def test_gradients_match_finite_differences_through_ramps_and_contention():
+@pytest.mark.parametrize("outlast, regrows", [(False, [True, False, False, True, False]),
+                                             (True, [True, False, False, False, False])])
+def test_gradients_match_finite_differences_through_ramps_and_contention(outlast, regrows):
     # every term on: flows 1, 2 and 4 end inside the ramp after marks (100 km-scale latency), flow 0 outlasts it,
-    # flows 0 and 3 regrow, links are contended;
+    # flows 0 and 3 regrow over every byte (flow 0 alone over the bytes it sends after the others, the largest
+    # on its most crowded link), links are contended;
     # link 3 is infinite (a link without a rate passes no NaN back), and no flow crosses link 4 (an unused link
     # passes none back either)
     routes = np.array([[0, 1, 3], [1, 2, -1], [0, 2, -1], [1, -1, -1], [2, 0, -1]])
@@ -378,10 +415,11 @@ def test_gradients_match_finite_differences_through_ramps_and_contention():
     cap = np.array([1.25e9, 1.0e9, 1.5e9, np.inf, 2e9])
     lat = np.array([2e-4, 5e-6, 3e-4, 1e-6, 1e-4])
     # (K at a 20th of a port's BDP, so that the cut falls below the windows of flows that share ports)
-    tr = dataclasses.replace(PROFILES["dctcp"], contention=0.5, contention_flows=2.0, mark_packets=2.0, mark_bdp=0.05)
+    tr = dataclasses.replace(PROFILES["dctcp"], contention=0.5, contention_flows=2.0, mark_packets=2.0, mark_bdp=0.05,
+                             regrow_outlast=outlast)
     grown, shrunk, _, capped, _ = transport_inputs(tr, routes, sizes, cap, lat, jnp.ones(5), jnp.full(5, jnp.inf))
     np.testing.assert_array_equal(np.isfinite(np.asarray(capped)), [False, True, True, False, True])  # the ramp
-    np.testing.assert_array_equal(np.asarray(grown - sizes) > 0, [True, False, False, True, False])  # regrowth
+    np.testing.assert_array_equal(np.asarray(grown - sizes) > 0, regrows)  # regrowth
     # contention takes capacity from links 0 and 2, not from link 1, where flow 3 is free of other hops
     shrunk = np.asarray(shrunk) / (cap * tr.goodput)
     assert shrunk[0] < 1 and shrunk[2] < 1 and shrunk[1] == 1 and np.isnan(shrunk[3])

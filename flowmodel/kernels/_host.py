@@ -15,7 +15,8 @@ The event loop keeps the order in which the last solve froze flows, and each ste
 complete, every step before the first one that froze a completed flow stands (those links never carried
 it); when flows activate, every step below the least share they bring to a link they cross (or their
 cap) stands (``_arrival_restart``). The re-fill restarts there from per-link sums rebuilt in one
-O(F x H) sweep, and ends as a full solve would, step for step.
+O(F x H) sweep, and ends as a full solve would, step for step (up to rounding in the incremental
+per-link sums, which can turn an exact tie between two links the other way).
 
 Called from JAX through ``jax.pure_callback`` (``vmap_method="expand_dims"``): under ``jax.vmap`` one
 callback receives the whole batch, and the scenarios run in parallel on threads, one per core (the
@@ -316,8 +317,8 @@ def _arrival_restart(r, ptr, idx, cap, w, lim, active, empty, level, n_step, fre
     return n_step if n_step > 0 else -1
 
 
-# Re-fills after completions update the per-link frozen rates incrementally; every this many of them
-# the sums are rebuilt exactly, so that rounding cannot accumulate over thousands of events.
+# Re-fills after completions or activations update the per-link frozen rates incrementally; every this many
+# of them the sums are rebuilt exactly, so that rounding cannot accumulate over thousands of events.
 _EXACT_EVERY = 32
 
 
@@ -392,7 +393,7 @@ def event_loop(r, ptr, idx, sizes, cap, w, lim, arrival, tie, rec_f, rec_b, rec_
             W[:] = 0.0
             cnt[:] = 0
             n_free = 0
-            if restart < 0:  # after activations: every active flow from scratch
+            if restart <= 0:  # the first solve, or a re-fill from step 0: every active flow from scratch
                 frz[:] = 0.0
                 nseq = 0
                 for f in range(F):

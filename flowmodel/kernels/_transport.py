@@ -25,10 +25,16 @@ they are:
 - regrowth (``regrowth`` segments per RTT, 1 for every named profile): a flow whose share's window is
   below its bottleneck's window regrows to it, and the time that ramp loses is added to its bytes
   (``sizes`` grow), sent at the bottleneck's rate. It stands in, statically, for the flow that outlasts
-  its competitors, or regains a window cut by marks or losses; it also charges flows that end together
-  (two 1 GB flows on one link at 1 ms RTT: +13%). It starts from no less than ``min_window`` segments
-  (2: TCP's cuts stop there), so that a share below a segment, as each of 31 flows on one 10 Gbps port
-  has at a few us of RTT, is not charged a ramp from that share.
+  its competitors, or regains a window cut by marks or losses. Under loss-based TCP it ramps over every
+  byte (losses halve the window throughout a transfer), so it also charges flows that end together (two
+  1 GB flows on one link at 1 ms RTT: +13%; equal flows over a long link whose share is far below a NIC's
+  window, many times their bytes). With ``regrow_outlast`` (DCTCP: its marks cut by alpha / 2 and keep
+  the queue at K, with no losses to halve the window, and its slow start's cut is the marking ramp) it
+  ramps only over the bytes the flow sends after the competitors on its most crowded hop have ended: at
+  weighted shares, its bytes beyond its weight x the largest bytes per weight among them (none for
+  flows that end together). It starts from no less than ``min_window`` segments (2: TCP's cuts stop
+  there), so that a share below a segment, as each of 31 flows on one 10 Gbps port has at a few us of
+  RTT, is not charged a ramp from that share.
 - contention, what packet transport loses where flows limited by two ports share links, from static
   counts of the routes: a link carrying n flows (n = its bytes over its largest flow's, so that a flow
   that ends early counts less) is contended ``c = (n - 1) / (n - 1 + contention_flows)``: 0 for one
@@ -105,6 +111,7 @@ class Transport:
     mark_packets: float = 0.0
     mark_bdp: float = 0.0
     regrowth: float = 0.0
+    regrow_outlast: bool = False  # regrow only over the bytes sent after the competitors end (else every byte)
     min_window: float = 2.0  # segments: the least window regrowth starts from (TCP's cuts stop at 2)
     contention: float = 0.0
     contention_flows: float = 1.0
@@ -160,8 +167,8 @@ PROFILES = {
     "cubic": Transport("cubic", **_TCP, slow_start=1.003, rtt_exponent=1.269, contention=0.4086,
                        contention_flows=16.0, hop_exponent=1.5),
     # DCTCP's saturation sits at the fit's floor (0.1 flows; fit.py LOWER): a contended link loses about 4%
-    "dctcp": Transport("dctcp", **_TCP, slow_start=1.0, rtt_exponent=1.289, contention=0.03904,
-                       contention_flows=0.1, hop_exponent=2.0, mark_packets=65.0, mark_bdp=1 / 7),
+    "dctcp": Transport("dctcp", **_TCP, slow_start=1.0, rtt_exponent=2.262, contention=0.05974,
+                       contention_flows=0.1, hop_exponent=2.0, mark_packets=65.0, mark_bdp=1 / 7, regrow_outlast=True),
 }
 ALIASES = {"tcp": "newreno"}  # ns-3's default TCP
 
@@ -266,17 +273,38 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
         if transport.window is not None:
             alone = jnp.minimum(alone, transport.window)
         start = jnp.maximum(target, transport.min_window * transport.segment)
-        grows = (alone > start) & ~ramping
+        regrown = sizes
+        if transport.regrow_outlast:
+            # only the bytes it sends once the competitors on its most crowded hop have ended: at weighted shares
+            # the last of them ends when the flow has sent its weight x their largest bytes per weight
+            tightest = jnp.argmin(hop_share, axis=1)[:, None]
+            others = jnp.take_along_axis(_largest_other(padded, hop, sizes / weights, L), tightest, axis=1)[:, 0]
+            regrown = jnp.maximum(sizes - weights * others, 0.0)
+        grows = (alone > start) & ~ramping & (regrown > 0)
         top = jnp.where(grows, alone, 2 * start)
-        inside, lost, time = _linear_ramp(start, top, sizes, rtt, step)
+        inside, lost, time = _linear_ramp(start, top, jnp.where(grows, regrown, 1.0), rtt, step)
         ok = (rtt > 0) & grows
         per_rtt = jnp.where(ok, top / jnp.where(ok, rtt, 1.0), 1.0)
-        tail = jnp.where(inside, time - sizes / per_rtt, lost)
+        tail = jnp.where(inside, time - regrown / per_rtt, lost)
         sizes = sizes + jnp.where(ok, jnp.maximum(tail, 0.0) * per_rtt, 0.0)
     if transport.window is not None:
         ok = rtt > 0
         rate_limit = jnp.minimum(rate_limit, jnp.where(ok, transport.window / jnp.where(ok, rtt, 1.0), jnp.inf))
     return sizes, cap, weights, rate_limit, delay
+
+
+def _largest_other(padded, hop, values, L):
+    """float[F, H]: on each hop of each flow, the largest of the other flows' ``values`` (float[F] >= 0; 0 where
+    it has the hop to itself, inf on pads)."""
+    flat = padded.reshape(-1)
+    each = jnp.where(hop, values[:, None], 0.0).reshape(-1)
+    first = jax.ops.segment_max(each, flat, num_segments=L + 1)[flat]
+    top = (each >= first) & hop.reshape(-1)
+    tops = jax.ops.segment_sum(top.astype(values.dtype), flat, num_segments=L + 1)[flat]
+    second = jnp.maximum(jax.ops.segment_max(jnp.where(top, 0.0, each), flat, num_segments=L + 1)[flat], 0.0)
+    # the largest meets the second largest (itself again where two tie); every other flow the largest
+    other = jnp.where(top & (tops < 2), second, first)
+    return jnp.where(hop, other.reshape(hop.shape), jnp.inf)
 
 
 def _acks_taken(transport: Transport, padded, hop, cap, flows_on, reverse, L):
@@ -409,7 +437,8 @@ def hop_pairs(routes, length: int | None = None) -> HopPairs:
 
 def stacked_hop_pairs(routes) -> HopPairs:
     """:class:`HopPairs` of several routings of the same flows (int[S, F, H]), each padded to the longest."""
-    each = [hop_pairs(r) for r in np.asarray(routes)]
+    routes = np.asarray(routes)
+    each = [hop_pairs(r) for r in routes]
     P = max(p.row.shape[0] for p in each)
     F_H = routes.shape[1] * routes.shape[2]
 
