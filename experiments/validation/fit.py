@@ -10,7 +10,8 @@ only the mean of
 ``makespan error ** 2 + (median per-flow error / 2) ** 2``. The held-out cases are evaluated once with the
 result and never enter the search. Fixed by physics or by the validation setup, not fitted: goodput
 1448/1502 (payload per PPP frame), one RTT of handshake, one packet of store-and-forward per hop, the
-initial window (10 segments), one segment per RTT of regrowth from at least 2 segments, DCTCP's slow
+initial window (10 segments), one segment per RTT of regrowth from at least 2 segments (under DCTCP only
+over the bytes a flow sends after its competitors end: no losses halve its window), DCTCP's slow
 start (1 RTT per doubling, the standard's) and its marking cut (K = max(65 packets, BDP / 7), alpha's gain
 1/16), the exponent of several bottlenecks (2 for DCTCP, 1.5 for NewReno and Cubic: 1 + the
 window's exponent in the mark or loss rate), and the ACKs' bytes on the way back (54 every 2 segments).

@@ -151,13 +151,13 @@ class Transport:
 
 # Fitted against ns-3 3.44 by experiments/validation/fit.py on the fit half of the cases only (10 Gbps links,
 # 400-packet port buffers, DCTCP marking above K = max(65 packets, BDP / 7), long links buffered to one BDP): slow
-# start and the RTT exponent of NewReno and Cubic, and every variant's two contention constants (DCTCP's RTT
-# exponent too). Physics or the setup, not fitted: goodput, the handshake, the initial window and segment, one
-# packet of store-and-forward per hop, regrowth of one segment per RTT (additive increase) from at least 2
-# segments, DCTCP's slow start (1 RTT per doubling, the standard's) and its marking cut (the setup's K, by the
-# DCTCP paper's rule; alpha's gain 1/16), the exponent of several bottlenecks (1 + the window's exponent in the
-# mark or loss rate), and the ACKs' bytes (a 54-byte frame, 20 IP + 32 TCP with timestamps + 2 PPP, every 2
-# segments); the fit ran with them on.
+# start and the RTT exponent of NewReno and Cubic, and every variant's two contention constants (DCTCP's RTT exponent
+# too). Physics or the setup, not fitted: goodput, the handshake, the initial window and segment, one packet of
+# store-and-forward per hop, regrowth of one segment per RTT (additive increase) from at least 2 segments (under DCTCP
+# over the bytes sent after the competitors end), DCTCP's slow start (1 RTT per doubling, the standard's) and its
+# marking cut (the setup's K, by the DCTCP paper's rule; alpha's gain 1/16), the exponent of several bottlenecks (1 +
+# the window's exponent in the mark or loss rate), and the ACKs' bytes (a 54-byte frame, 20 IP + 32 TCP with
+# timestamps + 2 PPP, every 2 segments); the fit ran with them on.
 _TCP = dict(goodput=TCP_GOODPUT, packet_bytes=WIRE_PACKET, handshake_rtts=1.0, regrowth=1.0, ack_bytes=WIRE_ACK,
             ack_every=2.0)
 PROFILES = {
