@@ -432,6 +432,14 @@ def test_gradients_stay_finite_without_latency_or_packets():
     routes, sizes, cap = np.array([[0, 1], [1, -1]]), np.array([2e6, 1e6]), np.array([1e9, 2e9])
     g = jax.grad(lambda c: jnp.sum(fm.completion_times(routes, sizes, c, transport=tr)))(cap)
     assert np.all(np.isfinite(np.asarray(g))) and float(jnp.sum(jnp.abs(g))) > 0
+    # a flow with an empty route (at its cap) passes no NaN back through any term, its weight included
+    routes, sizes = np.array([[0, 1], [1, -1], [-1, -1]]), np.array([2e6, 1e6, 5e5])
+    limit = np.array([np.inf, np.inf, 1e9])
+    for name in PROFILES:
+        g = jax.grad(lambda c, s, w: jnp.sum(fm.completion_times(routes, s, c, latency=[1e-4, 1e-4], weights=w,
+                                                                 rate_limit=limit, transport=name)),
+                     argnums=(0, 1, 2))(cap, sizes, jnp.ones(3))
+        assert all(np.all(np.isfinite(np.asarray(x))) for x in g), (name, g)
 
 
 def _check_gradients(routes, sizes, cap, lat, inc, tr, reverse=None):

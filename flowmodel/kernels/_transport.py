@@ -279,7 +279,8 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
             # the last of them ends when the flow has sent its weight x their largest bytes per weight
             tightest = jnp.argmin(hop_share, axis=1)[:, None]
             others = jnp.take_along_axis(_largest_other(padded, hop, sizes / weights, L), tightest, axis=1)[:, 0]
-            regrown = jnp.maximum(sizes - weights * others, 0.0)
+            # (an empty route's only "hop" is a pad: no competitors, and no inf x 0 in the gradient)
+            regrown = jnp.maximum(sizes - weights * jnp.where(jnp.isfinite(others), others, 0.0), 0.0)
         grows = (alone > start) & ~ramping & (regrown > 0)
         top = jnp.where(grows, alone, 2 * start)
         inside, lost, time = _linear_ramp(start, top, jnp.where(grows, regrown, 1.0), rtt, step)
