@@ -124,8 +124,8 @@ def main() -> None:
                      "min_s": min(times), "runs": len(times)})
     for row in rows:
         row["met"] = "-" if row["goal_s"] is None else "yes" if row["median_s"] <= row["goal_s"] else "NO"
-        row["goal_s"] = "-" if row["goal_s"] is None else f"{row['goal_s']:.1f}"
-    print_table(rows, [("target", "target", ""), ("goal s", "goal_s", ""), ("median s", "median_s", ".2f"),
+    shown = [{**row, "goal_s": "-" if row["goal_s"] is None else f"{row['goal_s']:.1f}"} for row in rows]
+    print_table(shown, [("target", "target", ""), ("goal s", "goal_s", ""), ("median s", "median_s", ".2f"),
                        ("min s", "min_s", ".2f"), ("runs", "runs", "d"), ("met", "met", "")])
     stages = []
     for config in () if args.quick else ("configs/llama3_24k.yaml", "configs/multi_building_129k.yaml"):

@@ -439,16 +439,9 @@ def hop_pairs(routes, length: int | None = None) -> HopPairs:
 def stacked_hop_pairs(routes) -> HopPairs:
     """:class:`HopPairs` of several routings of the same flows (int[S, F, H]), each padded to the longest."""
     routes = np.asarray(routes)
-    each = [hop_pairs(r) for r in routes]
-    P = max(p.row.shape[0] for p in each)
-    F_H = routes.shape[1] * routes.shape[2]
-
-    def pad(p):
-        n = p.row.shape[0]
-        return (np.pad(p.row, (0, P - n), constant_values=F_H), np.pad(p.other, (0, P - n), constant_values=-1),
-                np.concatenate([p.group, np.full(P - n, P, np.int32)]))
-
-    return HopPairs(*(np.stack(x) for x in zip(*(pad(p) for p in each))))
+    hops = (routes >= 0).sum(axis=2)
+    P = int((hops * (hops - 1)).sum(axis=1).max(initial=0))  # a route of h hops has h (h - 1) pairs
+    return HopPairs(*(np.stack(x) for x in zip(*(hop_pairs(r, P) for r in routes))))
 
 
 def pairs_of(routes) -> HopPairs:
