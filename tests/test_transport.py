@@ -472,13 +472,69 @@ def test_options_carry_a_profile():
         st.Options(transport="x")
 
 
-def test_phase_time_applies_the_profile_exact_and_smooth():
+def _one_leaf(n, bandwidth, latency, scale_up=None):
+    """n GPUs on one leaf switch (scale-out links, where a transport profile runs)."""
     from flowmodel import fabric as fb
+
+    clos = fb.Clos(tiers=2, gpus_per_leaf=n, leaves_per_pod=1, spines_per_pod=1, nic_bandwidth=bandwidth,
+                   latency=latency)
+    return fb.compile_fabric(fb.build(fb.Fleet(sites=(fb.Site("a", scale_out=clos, scale_up=scale_up),))))
+
+
+def test_the_profile_leaves_scale_up_links_and_their_flows_alone():
+    """NVLink-class links carry no TCP: under a profile a flow that stays in its scale-up domain keeps its
+    fluid inputs and its links their capacity, and a flow over the scale-out fabric beside it gets the
+    same inputs as without that flow."""
+    from flowmodel import fabric as fb
+    from flowmodel import routing as rt
+
+    network, info = _one_leaf(4, 1.25e9, 1e-6, fb.ScaleUp(size=2, bandwidth=2.5e9, latency=1e-6))
+    assert set(info.tier[info.packet_links].tolist()) == {fb.Tier.NIC, fb.Tier.LEAF_SPINE}
+    assert not info.packet_links[info.tier == fb.Tier.SCALE_UP].any()
+    router = rt.Router(info)
+    both = st.route_phase(fm.traffic.Phase(np.array([0, 0]), np.array([1, 2]), np.array([8e6, 8e6]), 1), router)
+    assert both.domain == "scale_out"
+    routes, sizes0 = np.asarray(both.sub.routes), np.asarray(both.sub.sizes(both.sizes))
+    up = info.tier == fb.Tier.SCALE_UP
+    stays = np.all(np.where(routes >= 0, up[np.maximum(routes, 0)], True), axis=1)  # 0 -> 1 in its domain
+    assert stays.any() and not stays.all()
+    cap, lat = network.capacity, network.latency
+
+    def inputs(name, keep, mask=info.packet_links):
+        F = int(keep.sum())
+        return transport_inputs(PROFILES[name], routes[keep], sizes0[keep], cap, lat, jnp.ones(F),
+                                jnp.full(F, jnp.inf), info.reverse, packet_links=mask)
+
+    for name in PROFILES:
+        sizes, cap_t, weights, limit, delay = inputs(name, np.ones(len(routes), bool))
+        np.testing.assert_array_equal(np.asarray(cap_t)[up], np.asarray(cap)[up])
+        assert np.all(np.asarray(cap_t)[~up] < np.asarray(cap)[~up])  # goodput on the scale-out links
+        np.testing.assert_array_equal(np.asarray(sizes)[stays], sizes0[stays])
+        assert np.all(np.asarray(weights)[stays] == 1.0) and np.all(np.asarray(delay)[stays] == 0.0)
+        assert not np.isfinite(np.asarray(limit)[stays]).any()
+        alone = inputs(name, ~stays)
+        for got, want in zip((sizes, weights, limit, delay), (alone[0], alone[2], alone[3], alone[4])):
+            np.testing.assert_allclose(np.asarray(got)[~stays], np.asarray(want), rtol=1e-12)
+        assert np.all(np.asarray(delay)[~stays] > 0)
+        # every link a packet link: the scale-up flow pays the profile too
+        every = inputs(name, np.ones(len(routes), bool), None)
+        assert np.all(np.asarray(every[4])[stays] > 0) and np.all(np.asarray(every[1])[up] < np.asarray(cap)[up])
+    # the step time: a phase inside the domain times the same under every profile
+    inside = st.route_phase(fm.traffic.Phase(np.array([0, 1]), np.array([1, 0]), np.array([8e6, 8e6]), 1), router)
+    assert inside.domain == "scale_up"
+    bare = float(st.phase_time(inside, cap, lat))
+    for name in PROFILES:
+        assert float(st.phase_time(inside, cap, lat, st.Options(transport=name))) == bare
+        assert float(st.phase_time(both, cap, lat, st.Options(transport=name))) > float(st.phase_time(both, cap, lat))
+    with pytest.raises(ValueError, match=r"packet_links: expected bool\[2\]"):
+        fm.completion_times([[0]], [1.0], [1.0, 1.0], transport="dctcp", packet_links=[1, 0])
+
+
+def test_phase_time_applies_the_profile_exact_and_smooth():
     from flowmodel import routing as rt
     from flowmodel import traffic as tr
 
-    fleet = fb.Fleet(sites=(fb.Site("a", scale_up=fb.ScaleUp(size=8, bandwidth=1.25e9, latency=1e-6)),))
-    network, info = fb.compile_fabric(fb.build(fleet))
+    network, info = _one_leaf(8, 1.25e9, 1e-6)
     coll = tr.reduce_scatter(np.arange(8)[None, :], 8e6)
     rp = st.route_phase(coll.phases[0], rt.Router(info))
     bare = float(st.phase_time(rp, network.capacity, network.latency))
@@ -502,11 +558,9 @@ def test_the_step_time_takes_the_acks_on_fabric_links_and_none_on_appended_ones(
     """A phase with appended links (a GPU's host link, ``steptime._attached``): the fabric's links carry
     each flow's ACKs back (two GPUs sending to each other over a switch: every link one flow's data and
     the other's ACKs), an appended link has no way back and keeps its capacity."""
-    from flowmodel import fabric as fb
     from flowmodel.steptime._attached import Attached
 
-    fleet = fb.Fleet(sites=(fb.Site("a", scale_up=fb.ScaleUp(size=2, bandwidth=1e9, latency=0.0)),))
-    network, info = fb.compile_fabric(fb.build(fleet))
+    network, info = _one_leaf(2, 1e9, 0.0)
     att = Attached.of(info, [0, 1], host_bandwidth=1e9)
     size = 1e8
 

@@ -5,7 +5,7 @@ simulation costs grow with the packets, so the cases keep the shapes of real col
 at a rate ns-3 simulates in seconds. A case is ``fit`` (the transport profiles are fitted on it) or
 ``held`` (only ever evaluated). The split is part of each case, set when the case was added and before
 any fit on it, alternating within each family so that both halves hold a shared bottleneck, a
-multi-hop Clos, many-to-one traffic, an all-to-all, a collective and a long-haul link: 8 fit, 10 held.
+multi-hop Clos, many-to-one traffic, an all-to-all, a collective and a long-haul link: 9 fit, 11 held.
 """
 
 from __future__ import annotations
@@ -237,17 +237,22 @@ def ring_clos():
                   note="ring all-reduce step over a 2-tier Clos (4 leaves, 2 spines), every hop via a spine")
 
 
-def long_haul(km, split, window=4 * MB):
+def long_haul(km, split, window=4 * MB, sizes=(48 * MB, 24 * MB), name=None):
     t = Topo()
     a, b = t.node(2)
-    src, dst = t.node(2), t.node(2)
+    src, dst = t.node(len(sizes)), t.node(len(sizes))
     t.duplex(a, b, lat=km * KM)
     for s, d in zip(src, dst):
         t.duplex(s, a)
         t.duplex(b, d)
     paths = [t.path([s, a, b, d]) for s, d in zip(src, dst)]
-    return t.case(f"longhaul_{km}km", split, paths, [48 * MB, 24 * MB], window=window,
-                  note=f"2 flows over a {km} km link, {window / MB:.0f} MB windows")
+    return t.case(name or f"longhaul_{km}km", split, paths, list(sizes), window=window,
+                  note=f"{len(sizes)} flows over a {km} km link, {window / MB:.0f} MB windows")
+
+
+def longhaul_equal(n, km, split, size):
+    """n equal flows over one long link: each flow's share of the window is 1 / n of the link's."""
+    return long_haul(km, split, sizes=(size,) * n, name=f"longhaul_{n}x_{km}km")
 
 
 def longhaul_mixed_rtt():
@@ -311,4 +316,5 @@ def all_cases():
     return [dumbbell(), parking_lot(), leaf_spine_permutation(), incast(), all_to_all(), ring_switch(), ring_clos(),
             long_haul(100, "held"), long_haul(1000, "fit"), long_haul(2000, "held"), training_step(),
             leaf_spine_4to1(), clos3_permutation(), mixed_rtt(), all_to_all(16, "fit", 0.25 * MB),
-            all_to_all(32, "held", 0.125 * MB), incast_32(), longhaul_mixed_rtt()]
+            all_to_all(32, "held", 0.125 * MB), incast_32(), longhaul_mixed_rtt(),
+            longhaul_equal(8, 100, "fit", 16 * MB), longhaul_equal(16, 1000, "held", 16 * MB)]

@@ -21,7 +21,7 @@ from .. import _units
 from .._checks import is_traced
 from .._types import Array, Float
 from ._build import CAPACITY, FabricTable
-from ._tags import Kind
+from ._tags import Kind, Tier
 
 
 class Network(eqx.Module):
@@ -103,6 +103,12 @@ class FabricInfo:
     def reverse(self) -> np.ndarray:
         """int64[L]: the link back from each link's end to its start (its ACKs' way), -1 where none."""
         return reverse_links(self.src, self.dst)
+
+    @functools.cached_property
+    def packet_links(self) -> np.ndarray:
+        """bool[L]: the links a packet transport (a ``Transport`` profile) runs on: every tier but scale-up,
+        whose links move data with credit-based flow control, not TCP."""
+        return self.tier != Tier.SCALE_UP
 
     @property
     def num_gpus(self) -> int:

@@ -186,13 +186,16 @@ def transport_profile(transport: str | Transport | None) -> Transport | None:
 
 
 def transport_inputs(transport: Transport, routes, sizes, capacity, latency, weights, rate_limit, reverse=None,
-                     pairs: HopPairs | None = None):
+                     pairs: HopPairs | None = None, packet_links=None):
     """The fluid inputs a profile implies: ``(sizes, capacity, weights, rate_limit, start_delay[F])``.
 
     ``routes`` int[F, H] (-1 pads); the rest as in ``completion_times`` (weights / rate_limit float[F]).
     ``reverse``: int[L] the link that carries each link's ACKs back (-1: none), or None: ACKs take no
     capacity (``fabric.reverse_links`` builds it from the links' ends). ``pairs``: the routes'
     :class:`HopPairs`, which contention reads (default: built from the routes, see ``pairs_of``).
+    ``packet_links``: bool[L] the links the transport runs on (``FabricInfo.packet_links``: every tier
+    but scale-up, whose NVLink-class links move data with credits, not TCP), or None: every link. A
+    link off it keeps its capacity, and a flow none of whose hops is on it keeps its fluid inputs.
     """
     if transport.contention and pairs is None:
         pairs = pairs_of(routes)
@@ -200,9 +203,15 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
     L = capacity.shape[0]
     padded = pad_routes(routes, L)
     sizes = jnp.asarray(sizes, capacity.dtype)
-    payload = capacity * transport.goodput
-    cap = payload  # less, below, what contention and ACKs take
     hop = padded < L
+    fluid_in = (sizes, weights, rate_limit)
+    packet = None
+    if packet_links is not None:
+        packet = jnp.asarray(packet_links, bool)
+        carried = jnp.any(jnp.concatenate([packet, jnp.zeros(1, bool)])[padded], axis=1)  # pads are off it
+    payload = capacity * transport.goodput if packet is None else jnp.where(packet, capacity * transport.goodput,
+                                                                            capacity)
+    cap = payload  # less, below, what contention and ACKs take
     if transport.contention:
         # contended flows per link: its bytes over its largest flow's (a flow that ends early counts less)
         largest = jax.ops.segment_max(jnp.where(hop, sizes[:, None], 0.0).reshape(-1), padded.reshape(-1),
@@ -219,6 +228,8 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
     flows_on = link_sums(padded, jnp.ones(routes.shape[0], cap.dtype), L + 1)
     if transport.ack_bytes and reverse is not None:
         cap = _acks_taken(transport, padded, hop, cap, flows_on, jnp.asarray(reverse), L)
+    if packet is not None:
+        cap = jnp.where(packet, cap, capacity)
     cap_ext = jnp.concatenate([cap, jnp.full((1,), jnp.inf, cap.dtype)])
     lat_ext = jnp.concatenate([latency, jnp.zeros((1,), latency.dtype)])
     hop_cap = cap_ext[padded]
@@ -262,7 +273,11 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
         weights = weights * hops ** -transport.hop_exponent
     if transport.rtt_exponent:
         ok = rtt > 0
-        rel = jnp.where(ok, rtt, 1.0) / jnp.max(jnp.where(ok, rtt, 1.0))
+        each = jnp.where(ok, rtt, 1.0)
+        # relative to the longest RTT among the flows it carries (no larger than 1: one it does not carry keeps
+        # its weight below)
+        longest = jnp.max(jnp.where(ok if packet is None else ok & carried, each, 0.0))
+        rel = each / jnp.maximum(longest, each)
         weights = weights * jnp.where(ok, rel ** -transport.rtt_exponent, 1.0)
     if transport.regrowth:
         # a flow whose share's window is below its bottleneck's regrows to it, one segment per RTT, over its bytes:
@@ -291,6 +306,10 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
     if transport.window is not None:
         ok = rtt > 0
         rate_limit = jnp.minimum(rate_limit, jnp.where(ok, transport.window / jnp.where(ok, rtt, 1.0), jnp.inf))
+    if packet is not None:  # flows that never meet a packet link: as the fluid model has them
+        sizes, weights, rate_limit = (jnp.where(carried, new, jnp.broadcast_to(old, new.shape))
+                                      for new, old in zip((sizes, weights, rate_limit), fluid_in))
+        delay = jnp.where(carried, delay, 0.0)
     return sizes, cap, weights, rate_limit, delay
 
 

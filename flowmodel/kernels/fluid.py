@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _checks
-from .._types import Array, Float, Int
+from .._types import Array, Bool, Float, Int
 from ._adjoint import adjoint
 from ._engine import Engine, engine_for
 from ._host import host_simulate, host_solve, solve
@@ -311,7 +311,7 @@ def _simulate_jit(routes, members, sizes, capacity, weights, rate_limit, start_t
 
 
 def _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, latency, incidence, check,
-                   transport=None, engine=None, reverse=None):
+                   transport=None, engine=None, reverse=None, packet_links=None):
     transport = transport_profile(transport)
     engine = engine_for(engine)
     # a window, or a marking ramp's mean rate, caps flows
@@ -338,9 +338,15 @@ def _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, la
         bad = np.flatnonzero((reverse < -1) | (reverse >= L))
         if bad.size:
             raise ValueError(f"reverse[{bad[0]}]: must name a link in [0, {L}) or be -1, got {reverse[bad[0]]}")
+    if packet_links is not None and not _checks.is_traced(packet_links):
+        packet_links = np.asarray(packet_links)
+        if packet_links.shape != (L,) or packet_links.dtype != bool:
+            raise ValueError(f"packet_links: expected bool[{L}] (whether the transport runs on each link), got "
+                             f"{packet_links.dtype}{list(packet_links.shape)}")
     if transport is not None:  # a profile only reshapes the inputs (see kernels/_transport.py)
         sizes, capacity, weights, rate_limit, delay = transport_inputs(transport, routes, sizes, capacity, latency,
-                                                                       weights, rate_limit, reverse)
+                                                                       weights, rate_limit, reverse,
+                                                                       packet_links=packet_links)
         start_times = start_times + delay
     members = None
     if engine is Engine.XLA or incidence is not None:  # the host engine reads the routes (see maxmin_rates)
@@ -363,6 +369,7 @@ def completion_times(
     transport: str | Transport | None = None,
     engine: Engine | str | None = None,
     reverse: Int[Array, "L"] | None = None,
+    packet_links: Bool[Array, "L"] | None = None,
 ) -> Float[Array, "F"]:
     """Absolute time at which each flow's last byte is sent, under fluid max-min sharing.
 
@@ -384,6 +391,9 @@ def completion_times(
         dst)`` from the links' ends, ``FabricInfo.reverse``): with a transport profile, ACKs take their
         bytes from those links. The named profiles were fitted with it; without it ACKs are free
         (1.8% optimistic on a link that carries data both ways).
+      packet_links: bool[L] the links a transport profile runs on (``FabricInfo.packet_links``: every
+        tier but scale-up), or None: every link. Links off it keep their capacity, and flows that
+        cross none of it keep their fluid inputs.
       engine: an :class:`Engine` or its name: ``"host"`` (the compiled CPU event loop, through a
         callback; batched under ``vmap``), ``"xla"`` (the JAX event loop, for accelerators) or None /
         ``"auto"`` (host on a CPU backend, else xla), as in ``maxmin_rates``. Both give the same
@@ -407,17 +417,18 @@ def completion_times(
     [2.5, 4.5]
     """
     args = _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, latency, incidence, check,
-                          transport, engine, reverse)
+                          transport, engine, reverse, packet_links)
     return _finish_jit(*args)
 
 
 def completion_events(routes, sizes, capacity, *, weights=None, rate_limit=None, start_times=None,
                       latency=None, incidence: Incidence | None = None, check: bool = True,
                       transport: str | Transport | None = None,
-                      engine: Engine | str | None = None, reverse=None) -> tuple[Array, Events]:
+                      engine: Engine | str | None = None, reverse=None,
+                      packet_links=None) -> tuple[Array, Events]:
     """``completion_times`` plus the :class:`Events` it simulated (how many, when, and why)."""
     args = _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, latency, incidence, check,
-                          transport, engine, reverse)
+                          transport, engine, reverse, packet_links)
     return _simulate_jit(*args)
 
 

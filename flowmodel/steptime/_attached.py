@@ -124,7 +124,7 @@ class Attached:
         sub = SubFlows(routes, first, np.ones(F), first, np.ones(F, np.int64), np.zeros(0, np.int64))
         domain = domain_of(self.info, np.where(routes < self.info.num_links, routes, -1))
         return RoutedPhase(Phase(ranks, ranks, sizes, steps), sub, sizes, domain, None, self.num_links,
-                           self.capacity, reverse=self.info.reverse)
+                           self.capacity, reverse=self.info.reverse, packet_links=self.info.packet_links)
 
 
 def fabric_bytes(rp: RoutedPhase | None, num_links: int):

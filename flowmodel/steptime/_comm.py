@@ -198,7 +198,9 @@ def _transported(options: Options, rp: RoutedPhase, sizes, capacity, latency, we
 
     The same transform as ``completion_times(..., transport=...)``, without the fluid activation
     latency, which the phase's latency term already counts. ACKs go back on the fabric's way back per
-    link (``rp.reverse``, ``FabricInfo.reverse``), none beyond it.
+    link (``rp.reverse``, ``FabricInfo.reverse``), none beyond it. The profile runs on the fabric's
+    packet links (``rp.packet_links``, ``FabricInfo.packet_links``): scale-up links and the flows that
+    stay on them keep their fluid inputs.
     """
     if options.transport is None:
         return sizes, capacity, weights, limit, None
@@ -208,8 +210,12 @@ def _transported(options: Options, rp: RoutedPhase, sizes, capacity, latency, we
     limit = jnp.full(F, jnp.inf) if limit is None else limit
     if reverse is not None and reverse.shape[0] < capacity.shape[0]:  # appended links have no way back
         reverse = np.concatenate([reverse, np.full(capacity.shape[0] - reverse.shape[0], -1, np.int64)])
+    packet = rp.packet_links
+    if packet is not None and packet.shape[0] < capacity.shape[0]:  # appended links (PCIe, storage) carry no TCP
+        packet = np.concatenate([packet, np.zeros(capacity.shape[0] - packet.shape[0], bool)])
     pairs = rp.hop_pairs if options.transport.contention else None
-    return transport_inputs(options.transport, sub.routes, sizes, capacity, latency, weights, limit, reverse, pairs)
+    return transport_inputs(options.transport, sub.routes, sizes, capacity, latency, weights, limit, reverse, pairs,
+                            packet)
 
 
 def _route_latencies(sub: SubFlows, sizes, capacity, latency, bandwidth_time, congestion: Congestion | None):
@@ -346,6 +352,7 @@ class RoutedPhase:
     attached: np.ndarray | None = None
     nccl: ProtocolModel | tuple[ProtocolModel, ...] | None = None  # per collective where the phase merges several
     reverse: np.ndarray | None = None  # int64[num fabric links]: each link's way back, for a profile's ACKs
+    packet_links: np.ndarray | None = None  # bool[num fabric links]: where a profile's transport runs (None: all)
 
     @functools.cached_property
     def incidence(self) -> Incidence | None:
@@ -407,7 +414,7 @@ def route_phase(phase: Phase, router: Router, policy: str = "ecmp", *, seed: int
     else:
         sub, cands = route(router, phase.src, phase.dst, policy, seed=seed, qps=qps, logits=logits), None
     return RoutedPhase(phase, sub, phase.bytes, domain_of(router.info, sub.routes), cands, router.info.num_links,
-                       reverse=router.info.reverse)
+                       reverse=router.info.reverse, packet_links=router.info.packet_links)
 
 
 def background_load(router: Router, src, dst, rate, *, policy: str = "ecmp", seed: int = 0, qps: int = 4,
