@@ -35,7 +35,7 @@ def test_names_resolve_and_unknown_names_list_the_known_ones():
                                           ("rtt_exponent", np.nan), ("mark_bdp", -0.5), ("segment", -1.0),
                                           ("contention", -0.1), ("contention_flows", 0.0), ("regrowth", np.inf),
                                           ("hop_exponent", -1.0), ("ack_bytes", -54.0), ("ack_every", 0.0),
-                                          ("min_window", 0.0)])
+                                          ("min_window", 0.0), ("rtt_exponent", 3000.0), ("hop_exponent", 9.0)])
 def test_bad_fields_name_the_field(field, value):
     with pytest.raises(ValueError, match=f"transport.{field}: must be"):
         fm.Transport(**{field: value})
@@ -176,8 +176,9 @@ def test_marking_cut_meets_ns3s_windows_over_long_links(km, measured, within):
 
 def test_regrowth_in_closed_form():
     # two flows share a link: each window is half the link's; each regrows to the whole window one segment per
-    # RTT over its bytes (the static stand-in for the one that outlasts the other), and what that ramp loses
-    # is sent at the link's rate
+    # RTT over its bytes (the static stand-in for losses that halve windows throughout), and what that ramp
+    # loses is paid at the rate the flow has meanwhile: its share while the other runs, the link's once alone,
+    # blended by the fraction of its bytes it sends alone (none for the small flow, (big - small) / big)
     cap, lat = 1.25e9, 1e-4
     rtt, small, big = 2 * lat, 1e6, 1e9
     tr = fm.Transport(regrowth=1.0)
@@ -185,8 +186,16 @@ def test_regrowth_in_closed_form():
     half, whole = cap / 2 * rtt, cap * rtt
     lost = (whole - half) / SEG * rtt * (whole - half) / (2 * whole)  # the big flow outlasts the ramp
     small_tail = _ramp_time(half, small, rtt) - small * rtt / whole  # the small one ends inside it
-    grown_small = small + small_tail * cap
-    np.testing.assert_allclose(t, [lat + 2 * grown_small / cap, lat + (grown_small + big) / cap + lost], rtol=1e-12)
+    grown_small = small + small_tail * cap / 2
+    paid = (half + (whole - half) * (big - small) / big) / rtt
+    np.testing.assert_allclose(t, [lat + 2 * grown_small / cap, lat + (grown_small + big + lost * paid) / cap],
+                               rtol=1e-12)
+    # n equal flows ramp together and lose the ramp's time once: each pays it at its share, the link idle meanwhile
+    n = 8
+    t = np.asarray(fm.completion_times(np.zeros((n, 1), int), np.full(n, big), [cap], latency=[lat], transport=tr))
+    share = cap / n * rtt
+    lost_n = (whole - share) / SEG * rtt * (whole - share) / (2 * whole)
+    np.testing.assert_allclose(t, np.full(n, lat + n * big / cap + lost_n), rtol=1e-12)
     # alone on its link a flow's share is the whole window already: nothing regrows
     t1 = fm.completion_times([[0]], [big], [cap], latency=[lat], transport=tr)
     np.testing.assert_allclose(t1, [lat + big / cap], rtol=1e-12)
@@ -228,7 +237,8 @@ def test_largest_other_flow_on_each_hop():
 
 def test_regrowth_starts_from_the_least_window():
     # 100 flows on a 10 us link: each share's window (125 B) is below 2 segments, where TCP's cuts stop, so
-    # each regrows to the link's 12.5 kB from 2 segments; with a 1-segment floor, from 1 segment
+    # each regrows to the link's 12.5 kB from 2 segments; with a 1-segment floor, from 1 segment. Ramping
+    # together, they lose the ramp's time once (each pays it at its share)
     cap, lat, n, size = 1.25e9, 5e-6, 100, 1e9
     rtt, whole = 2 * lat, cap * 2 * lat
     assert cap / n * rtt < SEG
@@ -237,7 +247,7 @@ def test_regrowth_starts_from_the_least_window():
                                 transport=fm.Transport(regrowth=1.0, min_window=floor))
         w0 = floor * SEG
         lost = (whole - w0) / SEG * rtt * (whole - w0) / (2 * whole)
-        np.testing.assert_allclose(t, np.full(n, lat + n * (size + lost * cap) / cap), rtol=1e-12)
+        np.testing.assert_allclose(t, np.full(n, lat + n * size / cap + lost), rtol=1e-12)
     # a floor above the link's window: nothing regrows
     t = fm.completion_times(np.zeros((n, 1), int), np.full(n, size), [cap], latency=[lat],
                             transport=fm.Transport(regrowth=1.0, min_window=10.0))
@@ -462,7 +472,8 @@ def _check_gradients(routes, sizes, cap, lat, inc, tr, reverse=None):
             args_dn = [cap, lat, sizes]
             args_up[arg], args_dn[arg] = up, dn
             fd = (f(*args_up) - f(*args_dn)) / (2 * h)
-            np.testing.assert_allclose(g[i], fd, rtol=1e-4, atol=1e-12 * abs(float(f(cap, lat, sizes))) / x[i])
+            # the difference's rounding floor: float64's eps x |f| / h = 2.2e-10 |f| / x
+            np.testing.assert_allclose(g[i], fd, rtol=1e-4, atol=1e-9 * abs(float(f(cap, lat, sizes))) / x[i])
 
 
 def test_options_carry_a_profile():

@@ -35,7 +35,7 @@ import flowmodel as fm  # noqa: E402
 # the contention saturates within the flows the fit half has on a link (at most 15): past them it is not
 # identified, and a term still growing there extrapolates without bound to a fleet's all-to-all (unbounded, a
 # Cubic fit ran to the search's edge, k = e^8 = 2981: capacity / 48 at 512 flows; bounded at 64, to 64)
-UPPER = {"contention_flows": 16.0}
+UPPER = {"contention_flows": 16.0, "rtt_exponent": 8.0}  # (the exponents' bound, kernels/_transport.py MAX_EXPONENT)
 # and does not go below a tenth of a flow: there it is a step whose gradient grows as 1 / k, and float32's
 # rounding of byte counts (1e-7 of a link's bytes) reads as contention on links two flows share whole
 LOWER = {"contention_flows": 0.1}
