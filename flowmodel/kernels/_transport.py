@@ -29,8 +29,8 @@ they are:
   So n equal flows that ramp together lose the ramp's time once, as one link's idle time, not n times.
   It stands in, statically, for the flow that outlasts its competitors, or regains a window cut by
   marks or losses. Under loss-based TCP it ramps over every byte (losses halve the window throughout a
-  transfer), so it also charges flows that end together (8 equal flows over 100 km: +23% under NewReno,
-  −9% under Cubic against ns-3, where a straggler the losses left behind ends last). With
+  transfer), so it also charges flows that end together (8 equal flows over 100 km: +23.0% under
+  NewReno, −9.4% under Cubic against ns-3, where a straggler the losses left behind ends last). With
   ``regrow_outlast`` (DCTCP: its marks cut by alpha / 2 and keep
   the queue at K, with no losses to halve the window, and its slow start's cut is the marking ramp) it
   ramps only over the bytes the flow sends after the competitors on its most crowded hop have ended: at
@@ -171,7 +171,7 @@ _TCP = dict(goodput=TCP_GOODPUT, packet_bytes=WIRE_PACKET, handshake_rtts=1.0, r
 PROFILES = {
     "newreno": Transport("newreno", **_TCP, slow_start=1.463, rtt_exponent=4.61, contention=0.9983,
                          contention_flows=3.648, hop_exponent=1.5),
-    # Cubic's saturation sits at the fit's bound (16 flows, what the fit half has on a link; fit.py UPPER)
+    # (the loss-based RTT exponents, 4.6 / 3.8, are a fit: physics puts them near 1; docs/accuracy.md)
     "cubic": Transport("cubic", **_TCP, slow_start=0.9941, rtt_exponent=3.816, contention=0.2709,
                        contention_flows=7.262, hop_exponent=1.5),
     # DCTCP's saturation sits at the fit's floor (0.1 flows; fit.py LOWER): a contended link loses about 4%
