@@ -499,11 +499,14 @@ def test_the_profile_leaves_scale_up_links_and_their_flows_alone():
     from flowmodel import fabric as fb
     from flowmodel import routing as rt
 
-    network, info = _one_leaf(4, 1.25e9, 1e-6, fb.ScaleUp(size=2, bandwidth=2.5e9, latency=1e-6))
+    # (NVLink's latency above the NIC's, so that its flows hold the longest RTT, which they must not set)
+    network, info = _one_leaf(4, 1.25e9, 1e-6, fb.ScaleUp(size=2, bandwidth=2.5e9, latency=1e-5))
     assert set(info.tier[info.packet_links].tolist()) == {fb.Tier.NIC, fb.Tier.LEAF_SPINE}
     assert not info.packet_links[info.tier == fb.Tier.SCALE_UP].any()
     router = rt.Router(info)
-    both = st.route_phase(fm.traffic.Phase(np.array([0, 0]), np.array([1, 2]), np.array([8e6, 8e6]), 1), router)
+    # two flows on one NVLink (each would regrow to it) beside one over the NIC
+    both = st.route_phase(fm.traffic.Phase(np.array([0, 0, 0]), np.array([1, 1, 2]), np.array([8e6, 8e6, 8e6]), 1),
+                          router)
     assert both.domain == "scale_out"
     routes, sizes0 = np.asarray(both.sub.routes), np.asarray(both.sub.sizes(both.sizes))
     up = info.tier == fb.Tier.SCALE_UP
@@ -511,9 +514,9 @@ def test_the_profile_leaves_scale_up_links_and_their_flows_alone():
     assert stays.any() and not stays.all()
     cap, lat = network.capacity, network.latency
 
-    def inputs(name, keep, mask=info.packet_links):
+    def inputs(name, keep, mask=info.packet_links):  # with a window: a cap where the profile runs
         F = int(keep.sum())
-        return transport_inputs(PROFILES[name], routes[keep], sizes0[keep], cap, lat, jnp.ones(F),
+        return transport_inputs(PROFILES[name].with_window(1e5), routes[keep], sizes0[keep], cap, lat, jnp.ones(F),
                                 jnp.full(F, jnp.inf), info.reverse, packet_links=mask)
 
     for name in PROFILES:
@@ -530,6 +533,9 @@ def test_the_profile_leaves_scale_up_links_and_their_flows_alone():
         # every link a packet link: the scale-up flow pays the profile too
         every = inputs(name, np.ones(len(routes), bool), None)
         assert np.all(np.asarray(every[4])[stays] > 0) and np.all(np.asarray(every[1])[up] < np.asarray(cap)[up])
+        assert np.all(np.isfinite(np.asarray(every[3])[stays]))  # the window's cap
+        if name != "dctcp":  # loss-based regrowth over every byte: the NVLink pair would regrow
+            assert np.all(np.asarray(every[0])[stays] > sizes0[stays])
     # the step time: a phase inside the domain times the same under every profile
     inside = st.route_phase(fm.traffic.Phase(np.array([0, 1]), np.array([1, 0]), np.array([8e6, 8e6]), 1), router)
     assert inside.domain == "scale_up"
@@ -539,6 +545,39 @@ def test_the_profile_leaves_scale_up_links_and_their_flows_alone():
         assert float(st.phase_time(both, cap, lat, st.Options(transport=name))) > float(st.phase_time(both, cap, lat))
     with pytest.raises(ValueError, match=r"packet_links: expected bool\[2\]"):
         fm.completion_times([[0]], [1.0], [1.0, 1.0], transport="dctcp", packet_links=[1, 0])
+    with pytest.raises(ValueError, match=r"packet_links: expected bool\[2\]"):  # traced: its shape is known
+        jax.jit(lambda m: fm.completion_times([[0]], [1.0], [1.0, 1.0], transport="dctcp", packet_links=m))(
+            jnp.array([True]))
+
+
+def test_packet_terms_read_a_flows_packet_hops_only():
+    """A flow over a host link (no TCP) and a NIC: its host link bounds its rate, but another flow on that host
+    link is no second TCP bottleneck: the weights, contention and cuts are those of private host links."""
+    cap, lat = np.full(3, 1.25e9), np.array([0.0, 1e-6, 1e-6])
+    sizes = jnp.full(4, 8e6)
+    shared = np.array([[0, 1], [0, 2], [1, -1], [2, -1]])  # link 0, off the mask, carries flows 0 and 1
+    private = np.array([[0, 1], [3, 2], [1, -1], [2, -1]])
+    for name in PROFILES:
+        got = transport_inputs(PROFILES[name], shared, sizes, cap, lat, jnp.ones(4), jnp.full(4, jnp.inf),
+                               packet_links=np.array([False, True, True]))
+        want = transport_inputs(PROFILES[name], private, sizes, np.append(cap, 1.25e9), np.append(lat, 0.0),
+                                jnp.ones(4), jnp.full(4, jnp.inf), packet_links=np.array([False, True, True, False]))
+        for a, b in zip((got[0], got[2], got[3], got[4]), (want[0], want[2], want[3], want[4])):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12)
+        np.testing.assert_allclose(np.asarray(got[1]), np.asarray(want[1])[:3], rtol=1e-12)
+        # without the mask the shared host link is a second bottleneck of flows 0 and 1
+        every = transport_inputs(PROFILES[name], shared, sizes, cap, lat, jnp.ones(4), jnp.full(4, jnp.inf))
+        assert np.all(np.asarray(every[2])[:2] < np.asarray(got[2])[:2])
+
+
+def test_an_astra_imports_scale_up_dimension_runs_no_transport():
+    from flowmodel import fabric as fb
+    from flowmodel.fabric import _astra
+
+    spec = {"topology": ["Ring", "Switch"], "npus_count": [4, 2], "bandwidth": [200, 25], "latency": [500, 1000]}
+    _, info = fb.compile_fabric(_astra.from_astra(spec))
+    assert set(info.tier.tolist()) == {"dim0", "dim1"}
+    np.testing.assert_array_equal(info.packet_links, info.tier == "dim1")
 
 
 def test_phase_time_applies_the_profile_exact_and_smooth():

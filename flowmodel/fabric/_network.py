@@ -106,9 +106,10 @@ class FabricInfo:
 
     @functools.cached_property
     def packet_links(self) -> np.ndarray:
-        """bool[L]: the links a packet transport (a ``Transport`` profile) runs on: every tier but scale-up,
-        whose links move data with credit-based flow control, not TCP."""
-        return self.tier != Tier.SCALE_UP
+        """bool[L]: the links a packet transport (a ``Transport`` profile) runs on: every tier but scale-up
+        (an ASTRA-sim import's dimension 0, ``dim0``), whose links move data with credit-based flow control,
+        not TCP."""
+        return ~np.isin(self.tier, (Tier.SCALE_UP, Tier.ASTRA_SCALE_UP))
 
     @property
     def num_gpus(self) -> int:

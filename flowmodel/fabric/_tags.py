@@ -12,6 +12,7 @@ class Tier:
     BORDER = "border"                        # top tier <-> the site's border node
     LONG_HAUL = "long_haul"                  # border <-> border between sites
     ALL = (SCALE_UP, NIC, LEAF_SPINE, SPINE_AGGREGATION, BORDER, LONG_HAUL)
+    ASTRA_SCALE_UP = "dim0"                  # an ASTRA-sim import's dimension 0: its scale-up domains
 
 
 class Kind:

@@ -213,10 +213,17 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
     sizes = jnp.asarray(sizes, capacity.dtype)
     hop = padded < L
     fluid_in = (sizes, weights, rate_limit)
-    packet = None
+    packet, on_packet = None, hop
     if packet_links is not None:
+        if jnp.shape(packet_links) != (L,):
+            raise ValueError(f"packet_links: expected bool[{L}] (whether the transport runs on each link), got "
+                             f"shape {list(jnp.shape(packet_links))}")
         packet = jnp.asarray(packet_links, bool)
-        carried = jnp.any(jnp.concatenate([packet, jnp.zeros(1, bool)])[padded], axis=1)  # pads are off it
+        packet_ext = jnp.concatenate([packet, jnp.zeros(1, bool)])  # the pad slot is off it
+        on_packet = packet_ext[padded]
+        carried = jnp.any(on_packet, axis=1)
+    # the packet-level terms (contention, marks, queues at several bottlenecks) read a flow's packet hops only;
+    # its other hops (an NVLink, a host's PCIe, a storage link) still bound its rate
     payload = capacity * transport.goodput if packet is None else jnp.where(packet, capacity * transport.goodput,
                                                                             capacity)
     cap = payload  # less, below, what contention and ACKs take
@@ -228,8 +235,9 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
         crowd = jnp.where(largest > 0, total / jnp.where(largest > 0, largest, 1.0), 1.0)
         excess = jnp.maximum(crowd - 1.0, 0.0)
         here = excess / (excess + transport.contention_flows)  # 0 for one flow, towards 1 for many
-        elsewhere = _least_contended_elsewhere(pairs, padded, hop, sizes, total, largest, transport.contention_flows,
-                                               L)
+        elsewhere = _least_contended_elsewhere(pairs, padded, hop, sizes, total,
+                                               largest if packet is None else jnp.where(packet_ext, largest, 0.0),
+                                               transport.contention_flows, L)
         finite = jnp.isfinite(cap)  # an infinite link stays infinite, and passes no NaN back
         cap = jnp.where(finite, jnp.where(finite, cap, 1.0) / (1.0 + transport.contention * here[:L] * elsewhere[:L]),
                         cap)
@@ -256,7 +264,7 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
     target = bdp
     if transport.mark_packets:
         line = jnp.concatenate([payload, jnp.full((1,), jnp.inf, cap.dtype)])
-        w0, marked = _marking_cut(transport, padded, hop, line, rtt, sizes, L)
+        w0, marked = _marking_cut(transport, padded, on_packet, line, rtt, sizes, L)
         marked = marked & (w0 < target)
         bdp = jnp.where(marked, w0, target)
     doublings = jnp.log2(jnp.maximum(bdp / transport.initial_window, 1.0))
@@ -275,7 +283,7 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
         # tightest (a parking lot's long flow 3, its one-hop flows 1). Each adds a standing queue to its RTT and
         # its marks or losses to the flow's, so its window, and its weight, falls as a power of the count. A hop
         # the flow has to itself is left out: paced by an upstream hop of the same rate, it holds no queue
-        ok_h = hop & jnp.isfinite(hop_share) & (flows_on[padded] > 1)
+        ok_h = on_packet & jnp.isfinite(hop_share) & (flows_on[padded] > 1)
         tight = jnp.where(ok_h, jnp.where(ok_s, share, 0.0)[:, None] / jnp.where(ok_h, hop_share, 1.0), 0.0)
         hops = jnp.maximum(jnp.sum(tight ** HOP_TIGHTNESS, axis=1), 1.0)
         weights = weights * hops ** -transport.hop_exponent

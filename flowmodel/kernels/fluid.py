@@ -338,11 +338,12 @@ def _prepare_fluid(routes, sizes, capacity, weights, rate_limit, start_times, la
         bad = np.flatnonzero((reverse < -1) | (reverse >= L))
         if bad.size:
             raise ValueError(f"reverse[{bad[0]}]: must name a link in [0, {L}) or be -1, got {reverse[bad[0]]}")
-    if packet_links is not None and not _checks.is_traced(packet_links):
-        packet_links = np.asarray(packet_links)
-        if packet_links.shape != (L,) or packet_links.dtype != bool:
+    if packet_links is not None:  # its shape and dtype are known, traced or not
+        if not _checks.is_traced(packet_links):
+            packet_links = np.asarray(packet_links)
+        if jnp.shape(packet_links) != (L,) or packet_links.dtype != bool:
             raise ValueError(f"packet_links: expected bool[{L}] (whether the transport runs on each link), got "
-                             f"{packet_links.dtype}{list(packet_links.shape)}")
+                             f"{packet_links.dtype}{list(jnp.shape(packet_links))}")
     if transport is not None:  # a profile only reshapes the inputs (see kernels/_transport.py)
         sizes, capacity, weights, rate_limit, delay = transport_inputs(transport, routes, sizes, capacity, latency,
                                                                        weights, rate_limit, reverse,
