@@ -578,7 +578,8 @@ OPTIONS = Section({  # YAML `model` -> Options; window and the queue shape -> Op
     "fleet_tolerance": Key("float", "relative change at which the sweeps coupling jobs that share links stop", FIELD,
                            "fleet_tol"),
     "fleet_iterations": Key("int", "the most sweeps coupling jobs that share links (jobs that share none: none)"),
-    "transport": Key("str", "transport profile fitted against ns-3: tcp (NewReno), newreno, cubic, dctcp"),
+    "transport": Key("str", "transport profile fitted against ns-3, on the scale-out and scale-across links: "
+                            "tcp (NewReno), newreno, cubic, dctcp"),
     "protocol": Key("str", "simple (every collective at the fluid rate) or nccl (training's per-layer ring "
                            "collectives run the protocol NCCL 2.22.3's tuning model picks for their size: LL, LL128 "
                            "or Simple, with its bandwidth share and latency; the DP reductions pay Simple's latency "
