@@ -5,13 +5,14 @@
 Per TCP variant, the fields of ``FITTED`` (NewReno's and Cubic's slow start, every variant's RTT
 exponent and its two contention constants) are chosen by Nelder-Mead (SciPy), from three starts (the
 shipped profile with the contention's saturation at 1, 4 and 16 flows; the saturation bounded to 0.1-16
-flows), minimising over the fit cases
+flows, the RTT exponent to at most 8), minimising over the fit cases
 only the mean of
 ``makespan error ** 2 + (median per-flow error / 2) ** 2``. The held-out cases are evaluated once with the
 result and never enter the search. Fixed by physics or by the validation setup, not fitted: goodput
 1448/1502 (payload per PPP frame), one RTT of handshake, one packet of store-and-forward per hop, the
-initial window (10 segments), one segment per RTT of regrowth from at least 2 segments (under DCTCP only
-over the bytes a flow sends after its competitors end: no losses halve its window), DCTCP's slow
+initial window (10 segments), one segment per RTT of regrowth from at least 2 segments, the time it loses
+paid at the flow's fair share while its competitors run and at the link's once they end (under DCTCP it
+regrows only the bytes a flow sends after its competitors end: no losses halve its window), DCTCP's slow
 start (1 RTT per doubling, the standard's) and its marking cut (K = max(65 packets, BDP / 7), alpha's gain
 1/16), the exponent of several bottlenecks (2 for DCTCP, 1.5 for NewReno and Cubic: 1 + the
 window's exponent in the mark or loss rate), and the ACKs' bytes on the way back (54 every 2 segments).
