@@ -144,6 +144,23 @@ def test_a_contended_clos_ring_step_within_five_percent_under_the_dctcp_profile(
 
 @pytest.mark.slow
 @pytest.mark.ns3
+def test_an_instance_runs_the_same_whatever_ran_before_it_in_the_child():
+    """Random streams are numbered from 0 for each instance: 8 equal DCTCP flows over 100 km (whose order of
+    finishing reads them) finish the same after another instance in the same child as alone."""
+    _need_ns3()
+    first, c = cases.incast(), cases.longhaul_equal(8, 100, "fit", 16e6)
+
+    def inst(k):
+        return ns3.instance(k.routes, k.sizes, k.capacity, k.link_src, k.link_dst, latency=k.latency,
+                            variant="dctcp", window=k.window)
+
+    after = ns3.run([inst(first), inst(c)], timeout=300)[1].finish
+    alone = ns3.run([inst(c)], timeout=300)[0].finish
+    np.testing.assert_array_equal(after, alone)
+
+
+@pytest.mark.slow
+@pytest.mark.ns3
 def test_equal_flows_over_a_long_link_lose_the_ramp_once_under_newreno():
     """8 equal flows over 100 km under NewReno: the regrowth ramp each flow pays at its share, the link idle
     meanwhile, so the makespan grows by the ramp's time once; paid at the link's rate (as before this fit) it

@@ -184,6 +184,9 @@ def _simulate(ns, data) -> dict:
     F = routes.shape[0]
     ns.RngSeedManager.SetSeed(int(data["seed"]))
     ns.RngSeedManager.SetRun(1)
+    # random streams are numbered on from the last instance's unless reset: an instance's result would depend
+    # on what ran before it in the same child (one case moved 0.4% between batches)
+    ns.RngSeedManager.ResetNextStreamIndex()
     socket = {"newreno": "ns3::TcpNewReno", "cubic": "ns3::TcpCubic", "dctcp": "ns3::TcpDctcp",
               "fqcodel": "ns3::TcpNewReno"}[variant]
     defaults = [
