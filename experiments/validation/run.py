@@ -115,13 +115,14 @@ def errors(case, ours, theirs):
     return m, float(np.median(e)), float(np.quantile(e, 0.9)), float(e.max())
 
 
-def table(all_cases, variants, rerun=False, ack_every=2):
+def table(all_cases, variants, ack_every=2):
+    """The Markdown rows and per-case errors, from the ns-3 results ``run_ns3`` cached."""
     rows, summary = [], []
     head = ("| case | half | variant | ns-3 makespan | fluid: makespan err | fluid: per-flow med / p90 / max "
             "| profile: makespan err | profile: per-flow med / p90 / max | retx / flow | ns-3 wall | fluid wall |")
     rows += [head, "|" + "---|" * (head.count("|") - 1)]
     for variant in variants:
-        measured = run_ns3(all_cases, variant, rerun, ack_every)
+        measured = run_ns3(all_cases, variant, ack_every=ack_every)
         profile = fm.transport_profile(variant)
         for c in all_cases:
             theirs, _, retx, wall = measured[c.name]
@@ -162,7 +163,7 @@ def main(argv=None):
     # 6 min under Cubic), then the table reads their caches
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
         list(pool.map(lambda v: run_ns3(all_cases, v, args.rerun, args.ack_every), variants))
-    rows, summary = table(all_cases, variants, False, args.ack_every)
+    rows, summary = table(all_cases, variants, args.ack_every)
     text = "\n".join(rows)
     print(text)
     for variant in args.variants.split(","):
