@@ -351,15 +351,24 @@ def test_a_flow_across_several_bottlenecks_gets_less_than_its_max_min_share():
     assert np.all(np.isfinite(np.asarray(g)))
 
 
-def test_rtt_exponent_shares_a_link_by_rtt():
-    # two flows on link 0; flow 1 also crosses a long link 1 of infinite capacity: RTT 4x flow 0's
-    tr = fm.Transport(rtt_exponent=1.0, packet_bytes=1e-9)
+def test_rtt_exponent_shares_a_link_by_rtt_once_congestion_avoidance_has_settled():
+    # two flows on link 0; flow 1 also crosses a long link 1 of infinite capacity: RTT 4x flow 0's. Segments of
+    # 1e-6 bytes: flow 0's window at its share (5 x 2) is W = 1e7 segments, and the bias forms over about W / 2
+    # rounds of its transfer (bytes / (5 x 2) rounds): settled = 1 - exp(-2 x bytes x segment / (5 x 2) ** 2)
+    tr = fm.Transport(rtt_exponent=1.0, packet_bytes=1e-9, segment=1e-6)
     cap, lat = jnp.array([10.0, jnp.inf]), jnp.array([1.0, 3.0])
     routes = jnp.array([[0, -1], [0, 1]])
-    _, _, w, _, _ = transport_inputs(tr, routes, jnp.array([1.0, 1.0]), cap, lat, jnp.ones(2), jnp.full(2, jnp.inf))
+
+    def weights(size):
+        return transport_inputs(tr, routes, jnp.full(2, size), cap, lat, jnp.ones(2), jnp.full(2, jnp.inf))[2]
+
+    w = weights(1e10)  # 200 sawtooth rounds: settled
     np.testing.assert_allclose(w[0] / w[1], 4.0, rtol=1e-9)
-    rates = fm.maxmin_rates(routes, cap, weights=w)
-    np.testing.assert_allclose(rates, [8.0, 2.0], rtol=1e-9)
+    np.testing.assert_allclose(fm.maxmin_rates(routes, cap, weights=w), [8.0, 2.0], rtol=1e-9)
+    w = weights(5e7)  # one: 1 - 1/e of the bias
+    np.testing.assert_allclose(w[0] / w[1], 4.0 ** (1 - np.exp(-1.0)), rtol=1e-9)
+    w = weights(5e3)  # a transfer far shorter than a sawtooth (a long fat pipe): no bias has formed
+    np.testing.assert_allclose(w[0] / w[1], 1.0, atol=1e-3)
 
 
 def test_acks_take_their_bytes_where_links_carry_data_both_ways():

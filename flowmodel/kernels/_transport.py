@@ -169,11 +169,11 @@ class Transport:
 _TCP = dict(goodput=TCP_GOODPUT, packet_bytes=WIRE_PACKET, handshake_rtts=1.0, regrowth=1.0, ack_bytes=WIRE_ACK,
             ack_every=2.0)
 PROFILES = {
-    "newreno": Transport("newreno", **_TCP, slow_start=1.463, rtt_exponent=4.61, contention=0.9983,
-                         contention_flows=3.648, hop_exponent=1.5),
+    "newreno": Transport("newreno", **_TCP, slow_start=1.463, rtt_exponent=8.0, contention=0.07785,
+                         contention_flows=0.1862, hop_exponent=1.5),
     # (the loss-based RTT exponents, 4.6 / 3.8, are a fit: physics puts them near 1; docs/accuracy.md)
-    "cubic": Transport("cubic", **_TCP, slow_start=0.9941, rtt_exponent=3.816, contention=0.2709,
-                       contention_flows=7.262, hop_exponent=1.5),
+    "cubic": Transport("cubic", **_TCP, slow_start=1.009, rtt_exponent=3.816, contention=0.01756,
+                       contention_flows=0.1, hop_exponent=1.5),
     # DCTCP's saturation sits at the fit's floor (0.1 flows; fit.py LOWER): a contended link loses about 4%
     "dctcp": Transport("dctcp", **_TCP, slow_start=1.0, rtt_exponent=2.262, contention=0.05974,
                        contention_flows=0.1, hop_exponent=2.0, mark_packets=65.0, mark_bdp=1 / 7, regrow_outlast=True),
@@ -294,7 +294,14 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
         # its weight below)
         longest = jnp.max(jnp.where(ok if packet is None else ok & carried, each, 0.0))
         rel = each / jnp.maximum(longest, each)
-        weights = weights * jnp.where(ok, rel ** -transport.rtt_exponent, 1.0)
+        # the RTT bias is congestion avoidance's equilibrium, which a flow reaches only over about half its
+        # window's worth of rounds at its share (one sawtooth of one segment per RTT); a transfer shorter than
+        # that ends in the slow-start regime, where no such bias has formed (a long fat pipe's window of
+        # thousands of segments)
+        window = jnp.where(ok_s, jnp.where(ok_s, share, 0.0) * each, jnp.inf) / transport.segment
+        rounds = sizes / (transport.segment * jnp.maximum(window, 1.0))  # RTTs it spends at its share
+        settled = -jnp.expm1(-rounds / jnp.maximum(window / 2, 1.0))
+        weights = weights * jnp.where(ok, rel ** (-transport.rtt_exponent * settled), 1.0)
     if transport.regrowth:
         # a flow whose share's window is below its bottleneck's regrows to it, one segment per RTT, over its bytes:
         # that ramp's lost time, as bytes at the link's rate. A static stand-in for the flow that outlasts its
