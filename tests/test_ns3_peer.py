@@ -246,6 +246,7 @@ def test_a_dctcp_host_does_not_drop_its_own_burst():
                                variant="dctcp", window=c.window, timeout=300)
     assert got.retransmits.max() == 0 and got.drops.max() == 0
 
+
 @pytest.mark.slow
 @pytest.mark.ns3
 def test_a_loss_based_host_does_not_drop_its_own_packets():
@@ -258,7 +259,6 @@ def test_a_loss_based_host_does_not_drop_its_own_packets():
                                 variant=v) for v in ("newreno", "dctcp")], timeout=300)
     assert got[0].retransmits.max() == 0 and got[0].drops.max() == 0
     np.testing.assert_allclose(got[0].finish.max(), got[1].finish.max(), rtol=0.02)
-
 
 
 @pytest.mark.slow

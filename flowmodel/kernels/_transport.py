@@ -162,7 +162,8 @@ class Transport:
 
 
 # Fitted against ns-3 3.44 by experiments/validation/fit.py on the fit half of the cases only (10 Gbps links,
-# 400-packet port buffers, DCTCP marking above K = max(65 packets, BDP / 7), long links buffered to one BDP): slow
+# 400-packet switch port buffers, hosts' NICs fair queues that hold their flows' windows, DCTCP marking above
+# K = max(65 packets, BDP / 7), long links buffered to one BDP): slow
 # start and the RTT exponent of NewReno and Cubic, and every variant's two contention constants (DCTCP's RTT exponent
 # too). Physics or the setup, not fitted: goodput, the handshake, the initial window and segment, one packet of
 # store-and-forward per hop, regrowth of one segment per RTT (additive increase) from at least 2 segments (under DCTCP
