@@ -127,18 +127,20 @@ def test_the_receivers_ack_count_reaches_ns3():
 
 @pytest.mark.slow
 @pytest.mark.ns3
-def test_a_contended_clos_ring_step_within_five_percent_under_the_dctcp_profile():
+@pytest.mark.parametrize("variant", ["dctcp", "newreno", "cubic"])
+def test_a_contended_clos_ring_step_within_five_percent_under_each_profile(variant):
     _need_ns3()
     c = cases.ring_clos()  # 8 flows over 4 leaves and 2 spines: several share each spine link
     loads = np.bincount(c.routes[c.routes >= 0], minlength=c.capacity.size)
     assert loads.max() >= 2  # the case is contended, not 8 private paths
     got = ns3.completion_times(c.routes, c.sizes, c.capacity, c.link_src, c.link_dst, latency=c.latency,
-                               variant="dctcp", timeout=300)
+                               variant=variant, timeout=300)
     assert np.all(np.isfinite(got.finish))
     fluid = np.asarray(fm.completion_times(c.routes, c.sizes, c.capacity, latency=c.latency))
-    profiled = np.asarray(fm.completion_times(c.routes, c.sizes, c.capacity, latency=c.latency, transport="dctcp",
+    profiled = np.asarray(fm.completion_times(c.routes, c.sizes, c.capacity, latency=c.latency, transport=variant,
                                               reverse=_back(c)))
-    # docs/accuracy.md: pure fluid -4.6%, the DCTCP profile +1.1% on this held-out case
+    # docs/accuracy.md: pure fluid -4.6%, the profiles +0.9% / +1.0% / +1.0% (DCTCP / NewReno / Cubic) on this
+    # held-out case (NewReno's ns-3 run lost 1,953 packets when its hosts dropped their own bursts, 158 now)
     assert fluid.max() < profiled.max() and fluid.max() < got.finish.max()
     np.testing.assert_allclose(profiled.max(), got.finish.max(), rtol=0.05)
 
