@@ -369,6 +369,15 @@ def test_rtt_exponent_shares_a_link_by_rtt_once_congestion_avoidance_has_settled
     np.testing.assert_allclose(w[0] / w[1], 4.0 ** (1 - np.exp(-1.0)), rtol=1e-9)
     w = weights(5e3)  # a transfer far shorter than a sawtooth (a long fat pipe): no bias has formed
     np.testing.assert_allclose(w[0] / w[1], 1.0, atol=1e-3)
+    # its gradient in the bytes, in closed form: d/ds 4 ** (1 - exp(-s / 5e7)) = ln 4 x 4 ** settled x exp(-s / 5e7)
+    # / 5e7 (flow 1, the longest RTT, keeps weight 1 whatever its bytes)
+    g = jax.grad(lambda s: (lambda w: w[0] / w[1])(weights(s)))(5e7)
+    np.testing.assert_allclose(g, np.log(4.0) * 4.0 ** (1 - np.exp(-1.0)) * np.exp(-1.0) / 5e7, rtol=1e-9)
+    # a flow whose every hop is infinite has no share, no window, and no bias: weight 1 and a finite gradient
+    routes_inf = jnp.array([[1, -1], [0, 1]])
+    w, dw = jax.value_and_grad(lambda s: transport_inputs(tr, routes_inf, jnp.full(2, s), cap, lat, jnp.ones(2),
+                                                          jnp.full(2, jnp.inf))[2][0])(5e7)
+    assert float(w) == 1.0 and np.isfinite(float(dw))
 
 
 def test_acks_take_their_bytes_where_links_carry_data_both_ways():
