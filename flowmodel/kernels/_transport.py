@@ -263,7 +263,8 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
     hop_share = hop_cap / jnp.maximum(flows_on[padded], 1.0)
     share = jnp.min(hop_share, axis=1)
     ok_s = jnp.isfinite(share)
-    bdp = jnp.minimum(jnp.where(ok_s, jnp.where(ok_s, share, 0.0) * rtt, jnp.inf), sizes)
+    share_bdp = jnp.where(ok_s, jnp.where(ok_s, share, 0.0) * rtt, jnp.inf)  # bytes in flight at its share
+    bdp = jnp.minimum(share_bdp, sizes)
     if transport.window is not None:
         bdp = jnp.minimum(bdp, transport.window)
     target = bdp
@@ -303,7 +304,7 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
         # window's worth of rounds at its share (one sawtooth of one segment per RTT); a transfer shorter than
         # that ends in the slow-start regime, where no such bias has formed (a long fat pipe's window of
         # thousands of segments)
-        window = jnp.where(ok_s, jnp.where(ok_s, share, 0.0) * each, jnp.inf) / transport.segment
+        window = share_bdp / transport.segment
         rounds = sizes / (transport.segment * jnp.maximum(window, 1.0))  # RTTs it spends at its share
         settled = -jnp.expm1(-rounds / jnp.maximum(window / 2, 1.0))
         weights = weights * jnp.where(ok, rel ** (-transport.rtt_exponent * settled), 1.0)

@@ -256,26 +256,15 @@ def _simulate(ns, data) -> dict:
         addresses.NewNetwork()
         if variant != "fqcodel":
             tc.Uninstall(devs)
-            if variant != "dctcp":
-                for side, node, link in ((0, u, fwd), (1, v, back)):
-                    if node in hosts:  # a host never drops its own packets (below); fair queuing, no CoDel drops
-                        size = max(buffer, int(np.ceil(first_hops[link] * window / SEGMENT)))
-                        qdisc = ns.TrafficControlHelper()
-                        qdisc.SetRootQueueDisc("ns3::FqCoDelQueueDisc", "Target", ns.StringValue("1000s"),
-                                               "Interval", ns.StringValue("1000s"),
-                                               "MaxSize", ns.QueueSizeValue(ns.QueueSize(f"{size}p")))
-                        qdisc.Install(ns.NetDeviceContainer(devs.Get(side)))
-                        dev = ns.DynamicCast[ns.PointToPointNetDevice](devs.Get(side))
-                        dev.GetQueue().SetMaxSize(ns.QueueSize("2p"))  # the queue disc holds the window
-            if variant == "dctcp":
-                for side, node, link in ((0, u, fwd), (1, v, back)):  # link: this side's egress
+            for side, node, link in ((0, u, fwd), (1, v, back)):  # link: this side's egress
+                # a host never drops its own packets: its queue holds every window its sockets send through it
+                # (Linux holds the socket back instead: TCP small queues)
+                held = int(np.ceil(first_hops[link] * window / SEGMENT)) if node in hosts else 0
+                qdisc = ns.TrafficControlHelper()
+                if variant == "dctcp":
                     mark_k = max(float(data["dctcp_k"]), bdp / 7, capacity[link] * path_rtt[link] / 1500 / 7)
-                    qdisc = ns.TrafficControlHelper()
-                    size = max(buffer, int(np.ceil(2 * mark_k)))
+                    size = max(buffer, int(np.ceil(2 * mark_k)), held)
                     if node in hosts:  # a host's fq qdisc, marking CE above K packets' worth of sojourn
-                        # and holding every window its sockets send through it: a host never drops its own
-                        # packets (Linux holds the socket back instead: TCP small queues)
-                        size = max(size, int(np.ceil(first_hops[link] * window / SEGMENT)))
                         ce = ns.NanoSeconds(int(mark_k * WIRE / capacity[link] * 1e9))
                         qdisc.SetRootQueueDisc("ns3::FqCoDelQueueDisc", "UseEcn", ns.BooleanValue(True),
                                                "CeThreshold", ns.TimeValue(ce),
@@ -284,7 +273,15 @@ def _simulate(ns, data) -> dict:
                         qdisc.SetRootQueueDisc("ns3::RedQueueDisc", "MinTh", ns.DoubleValue(mark_k),
                                                "MaxTh", ns.DoubleValue(mark_k + 1),
                                                "MaxSize", ns.QueueSizeValue(ns.QueueSize(f"{size}p")))
-                    qdisc.Install(ns.NetDeviceContainer(devs.Get(side)))
+                elif node in hosts:  # loss-based: a fair queue with CoDel off, so that it drops nothing
+                    qdisc.SetRootQueueDisc("ns3::FqCoDelQueueDisc", "Target", ns.StringValue("1000s"),
+                                           "Interval", ns.StringValue("1000s"),
+                                           "MaxSize", ns.QueueSizeValue(ns.QueueSize(f"{max(buffer, held)}p")))
+                    dev = ns.DynamicCast[ns.PointToPointNetDevice](devs.Get(side))
+                    dev.GetQueue().SetMaxSize(ns.QueueSize("2p"))  # the queue disc holds the window
+                else:  # a loss-based switch port: its drop-tail device queue of ``buffer`` packets
+                    continue
+                qdisc.Install(ns.NetDeviceContainer(devs.Get(side)))
         devices.append(devs)
         iface.append(ifc)
 
