@@ -58,7 +58,7 @@ def test_the_suite_and_its_split_are_fixed():
         "longhaul_1000km": "fit", "longhaul_2000km": "held", "training_tp4_dp4": "held",
         "leafspine_4to1": "fit", "clos3_permutation": "held", "mixed_rtt": "fit", "alltoall_16": "fit",
         "alltoall_32": "held", "incast_32to1": "held", "longhaul_mixed_rtt": "held", "longhaul_8x_100km": "fit",
-        "longhaul_16x_1000km": "held"}
+        "longhaul_16x_1000km": "held", "leafspine_8to1": "fit"}
     for c in cases.all_cases():  # every route is a path of the case's links
         hops = [r[r >= 0] for r in c.routes]
         assert all(np.all(c.link_dst[h[:-1]] == c.link_src[h[1:]]) for h in hops), c.name

@@ -272,6 +272,43 @@ def test_contention_only_where_no_flow_on_the_link_is_free():
     np.testing.assert_allclose(t, np.full(4, 2 * size / cap), rtol=1e-12)
 
 
+def test_a_senders_fair_queue_is_no_contended_port():
+    cap, size = 1e9, 1e6
+    fq = fm.Transport(contention=0.5, contention_flows=1.0, sender_fair_queue=True)
+    fifo = dataclasses.replace(fq, sender_fair_queue=False)
+    grid = 2 * size * (1 + 0.5 * 0.5 * 0.5) / cap  # the 2 x 2 grid above: two flows a link, contended on both hops
+    # two hosts (links 0, 1) send a flow each to two receivers (links 2, 3): the grid, but links 0 and 1 are the
+    # senders' NICs, which pace each flow at its fair share; the receivers' ports see no contended arrivals
+    routes = [[0, 2], [0, 3], [1, 2], [1, 3]]
+    for tr, want in ((fq, 2 * size / cap), (fifo, grid)):
+        t = np.asarray(fm.completion_times(routes, np.full(4, size), np.full(4, cap), transport=tr))
+        np.testing.assert_allclose(t, np.full(4, want), rtol=1e-12)
+    # the same grid between switch ports, behind four private host links (4-7): contended either way
+    routes = [[4, 0, 2], [5, 0, 3], [6, 1, 2], [7, 1, 3]]
+    for tr in (fq, fifo):
+        t = np.asarray(fm.completion_times(routes, np.full(4, size), np.full(8, cap), transport=tr))
+        np.testing.assert_allclose(t, np.full(4, grid), rtol=1e-12)
+    # a NIC off the packet links (an NVLink-class hop) is no sender: the first packet hop is
+    routes = [[4, 0, 2], [4, 0, 3], [5, 1, 2], [5, 1, 3]]
+    packet = np.arange(6) < 4
+    t = np.asarray(fm.completion_times(routes, np.full(4, size), np.full(6, 2 * cap), transport=fq,
+                                       packet_links=packet))
+    np.testing.assert_allclose(t, np.full(4, size / cap), rtol=1e-12)
+    # an 8-host all-to-all under every named profile: no link loses capacity to contention
+    case = cases.all_to_all(8)
+    for name, tr in PROFILES.items():
+        args = (case.routes, case.sizes, case.capacity, case.latency, jnp.ones(56), jnp.full(56, jnp.inf))
+        got = transport_inputs(tr, *args)[1]
+        want = transport_inputs(dataclasses.replace(tr, contention=0.0), *args)[1]
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12, err_msg=name)
+        fifo = transport_inputs(dataclasses.replace(tr, sender_fair_queue=False), *args)[1]
+        assert np.all(np.asarray(fifo) < np.asarray(want)), name
+
+
+# contention's mechanics on routes whose every link is some flow's first hop: no sender's fair queue
+CONTENDED = dataclasses.replace(PROFILES["dctcp"], sender_fair_queue=False)
+
+
 def test_hop_pairs_name_each_link_pair_once_and_agree_traced():
     routes = np.array([[4, 7, -1], [4, 7, 2], [7, 4, -1]])
     p = hop_pairs(routes)
@@ -290,14 +327,14 @@ def test_hop_pairs_name_each_link_pair_once_and_agree_traced():
     assert stacked.row.shape[0] == 2 and (stacked.group[0] == stacked.row.shape[1]).sum() > 0  # the shorter padded
     sizes, cap, lat = rng.uniform(1e6, 1e8, 40), rng.uniform(1e9, 1e10, 12), np.full(12, 1e-6)
 
-    def inputs(r, pairs=None, tr=PROFILES["dctcp"]):
+    def inputs(r, pairs=None, tr=CONTENDED):
         return transport_inputs(tr, r, sizes, cap, lat, jnp.ones(40), jnp.full(40, jnp.inf), pairs=pairs)
 
     traced = jax.jit(jax.vmap(inputs))(batch)
     given = jax.jit(jax.vmap(inputs))(batch, jax.tree.map(jnp.asarray, stacked))
     for b in range(2):
         want = inputs(batch[b])
-        free = inputs(batch[b], tr=dataclasses.replace(PROFILES["dctcp"], contention=0.0))
+        free = inputs(batch[b], tr=dataclasses.replace(CONTENDED, contention=0.0))
         assert np.sum(np.asarray(want[1]) < np.asarray(free[1]) * (1 - 1e-4)) >= 3  # contention took capacity
         for x, y, z in zip(want, (t[b] for t in traced), (g[b] for g in given)):
             np.testing.assert_allclose(y, x, rtol=1e-12)
@@ -443,7 +480,7 @@ def test_gradients_match_finite_differences_through_ramps_and_contention(outlast
     cap = np.array([1.25e9, 1.0e9, 1.5e9, np.inf, 2e9])
     lat = np.array([2e-4, 5e-6, 3e-4, 1e-6, 1e-4])
     # (K at a 20th of a port's BDP, so that the cut falls below the windows of flows that share ports)
-    tr = dataclasses.replace(PROFILES["dctcp"], contention=0.5, contention_flows=2.0, mark_packets=2.0, mark_bdp=0.05,
+    tr = dataclasses.replace(CONTENDED, contention=0.5, contention_flows=2.0, mark_packets=2.0, mark_bdp=0.05,
                              regrow_outlast=outlast)
     grown, shrunk, _, capped, _ = transport_inputs(tr, routes, sizes, cap, lat, jnp.ones(5), jnp.full(5, jnp.inf))
     np.testing.assert_array_equal(np.isfinite(np.asarray(capped)), [False, True, True, False, True])  # the ramp

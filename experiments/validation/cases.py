@@ -125,14 +125,14 @@ def _leaving_permutation(hosts, group_of, rng):
             return perm
 
 
-def _leaf_spine_permutation(name, seed, size, note, **shape):
+def _leaf_spine_permutation(name, seed, size, note, split="fit", **shape):
     t, spine, leaf, hosts = leaf_spine(**shape)
     flat = [h for hs in hosts for h in hs]
     leaf_of = {h: leaf[i] for i, hs in enumerate(hosts) for h in hs}
     rng = np.random.default_rng(seed)
     perm = _leaving_permutation(flat, leaf_of, rng)  # then one random spine per flow, pinned
     paths = [_clos_path(t, spine, leaf_of, flat[i], flat[j], rng) for i, j in enumerate(perm)]
-    return t.case(name, "fit", paths, [size] * len(flat), note=note)
+    return t.case(name, split, paths, [size] * len(flat), note=note)
 
 
 def leaf_spine_permutation():
@@ -144,6 +144,12 @@ def leaf_spine_4to1():
     return _leaf_spine_permutation("leafspine_4to1", 7, 2 * MB,
                                    "16 hosts, 4 leaves, 1 spine (4:1), permutation: 4 flows on every leaf uplink",
                                    hosts_per_leaf=4, leaves=4, spines=1)
+
+
+def leaf_spine_8to1():
+    return _leaf_spine_permutation("leafspine_8to1", 11, 2 * MB,
+                                   "32 hosts, 4 leaves, 1 spine (8:1), permutation: 8 flows on every leaf uplink",
+                                   split="fit", hosts_per_leaf=8, leaves=4, spines=1)
 
 
 def clos3_permutation():
@@ -317,4 +323,4 @@ def all_cases():
             long_haul(100, "held"), long_haul(1000, "fit"), long_haul(2000, "held"), training_step(),
             leaf_spine_4to1(), clos3_permutation(), mixed_rtt(), all_to_all(16, "fit", 0.25 * MB),
             all_to_all(32, "held", 0.125 * MB), incast_32(), longhaul_mixed_rtt(),
-            longhaul_equal(8, 100, "fit", 16 * MB), longhaul_equal(16, 1000, "held", 16 * MB)]
+            longhaul_equal(8, 100, "fit", 16 * MB), longhaul_equal(16, 1000, "held", 16 * MB), leaf_spine_8to1()]
