@@ -5,7 +5,7 @@ simulation costs grow with the packets, so the cases keep the shapes of real col
 at a rate ns-3 simulates in seconds. A case is ``fit`` (the transport profiles are fitted on it) or
 ``held`` (only ever evaluated). The split is part of each case, set when the case was added and before
 any fit on it, alternating within each family so that both halves hold a shared bottleneck, a
-multi-hop Clos, many-to-one traffic, an all-to-all, a collective and a long-haul link: 9 fit, 11 held.
+multi-hop Clos, many-to-one traffic, an all-to-all, a collective and a long-haul link: 10 fit, 11 held.
 """
 
 from __future__ import annotations
