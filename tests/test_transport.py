@@ -288,6 +288,12 @@ def test_a_senders_fair_queue_is_no_contended_port():
     for tr in (fq, fifo):
         t = np.asarray(fm.completion_times(routes, np.full(4, size), np.full(8, cap), transport=tr))
         np.testing.assert_allclose(t, np.full(4, grid), rtol=1e-12)
+    # a ring of direct links (no hosts): each link is one flow's first hop and the next flow's second, a port
+    # between senders, contended as without the fair queue
+    ring = [[i, (i + 1) % 6] for i in range(6)]
+    for tr in (fq, fifo):
+        t = np.asarray(fm.completion_times(ring, np.full(6, size), np.full(6, cap), transport=tr))
+        np.testing.assert_allclose(t, np.full(6, grid), rtol=1e-12)
     # a NIC off the packet links (an NVLink-class hop) is no sender: the first packet hop is
     routes = [[4, 0, 2], [4, 0, 3], [5, 1, 2], [5, 1, 3]]
     packet = np.arange(6) < 4
@@ -307,6 +313,30 @@ def test_a_senders_fair_queue_is_no_contended_port():
 
 # contention's mechanics on routes whose every link is some flow's first hop: no sender's fair queue
 CONTENDED = dataclasses.replace(PROFILES["dctcp"], sender_fair_queue=False)
+
+
+def test_senders_fair_queues_traced_and_batched_equal_known_routes():
+    # random routes behind a host link per source (links 12-19): traced routes (jit, vmap, pairs through the host)
+    # give the inputs of routes known at trace time; contention takes capacity from switch links, never from a NIC
+    rng = np.random.default_rng(5)
+    batch = np.full((2, 40, 4), -1, np.int32)
+    batch[:, :, 0] = 12 + np.arange(40) % 8
+    for b, f in np.ndindex(2, 40):  # then 2 or 3 distinct switch links
+        n = rng.integers(2, 4)
+        batch[b, f, 1:1 + n] = rng.choice(12, n, replace=False)
+    sizes, cap, lat = rng.uniform(1e6, 1e8, 40), rng.uniform(1e9, 1e10, 20), np.full(20, 1e-6)
+
+    def inputs(r, tr=PROFILES["dctcp"]):
+        return transport_inputs(tr, r, sizes, cap, lat, jnp.ones(40), jnp.full(40, jnp.inf))
+
+    traced = jax.jit(jax.vmap(inputs))(batch)
+    for b in range(2):
+        want = inputs(batch[b])
+        for x, y in zip(want, (t[b] for t in traced)):
+            np.testing.assert_allclose(y, x, rtol=1e-12)
+        free = np.asarray(inputs(batch[b], tr=dataclasses.replace(PROFILES["dctcp"], contention=0.0))[1])
+        taken = np.asarray(want[1]) < free * (1 - 1e-4)
+        assert taken[:12].sum() >= 3 and not taken[12:].any()
 
 
 def test_hop_pairs_name_each_link_pair_once_and_agree_traced():

@@ -48,12 +48,14 @@ they are:
   it is free to take up what the others leave (a parking lot's one-hop flows do), and two hops that
   carry the same flows (a ring's uplink and the next leaf's downlink) are one bottleneck. On one port
   alone the fit found no loss beyond goodput: every variant runs incast at the goodput bound. With
-  ``sender_fair_queue`` (every named profile) a flow's first packet hop, its sender's NIC, is no
-  contended port, here or elsewhere: the host fair-queues its own flows (Linux's fq or fq_codel with TCP
-  small queues; the peer's hosts likewise), so it sends each at its fair share and drops none of them,
-  and the port downstream sees them arrive at exactly the rates it can carry (an all-to-all's receivers
-  are no contended ports either: ns-3 runs its 8-host all-to-all in 2.98 ms under NewReno, Cubic and
-  DCTCP alike, with no loss).
+  ``sender_fair_queue`` (every named profile; off in a bare ``Transport``) a sender's NIC, a link that
+  every flow crossing it enters at its first packet hop, is no contended port, here or elsewhere (a link
+  that some flow enters at a later hop is a port between hosts, as in a direct network's ring): the
+  host fair-queues its own flows (Linux's fq or fq_codel with TCP small queues; the peer's hosts
+  likewise), so it sends each at its fair share and drops none of them, and the port downstream sees
+  them arrive at exactly the rates it can carry (an all-to-all's receivers are no contended ports
+  either: ns-3 runs its 8-host all-to-all in 2.98 ms under NewReno, Cubic and DCTCP alike, with no
+  loss).
 - RTT-dependent sharing: weights x ``(RTT / max RTT) ** (-rtt_exponent x settled)`` (TCP gives flows
   with short round trips more than their max-min share). The bias is congestion avoidance's, and forms
   over about one sawtooth, W / 2 rounds for a window of W segments at the flow's share: ``settled = 1 -
@@ -182,8 +184,8 @@ class Transport:
 _TCP = dict(goodput=TCP_GOODPUT, packet_bytes=WIRE_PACKET, handshake_rtts=1.0, regrowth=1.0, ack_bytes=WIRE_ACK,
             ack_every=2.0, sender_fair_queue=True)
 PROFILES = {
-    "newreno": Transport("newreno", **_TCP, slow_start=1.463, rtt_exponent=8.0, contention=0.2066,
-                         contention_flows=0.9316, hop_exponent=1.5),
+    "newreno": Transport("newreno", **_TCP, slow_start=1.463, rtt_exponent=8.0, contention=0.1511,
+                         contention_flows=0.2193, hop_exponent=1.5),
     # (the loss-based RTT exponents, 8 (the bound) / 3.8, are a fit: physics puts them near 1; docs/accuracy.md)
     "cubic": Transport("cubic", **_TCP, slow_start=0.9942, rtt_exponent=3.816, contention=0.5647,
                        contention_flows=8.0, hop_exponent=1.5),
@@ -251,10 +253,11 @@ def transport_inputs(transport: Transport, routes, sizes, capacity, latency, wei
         here = excess / (excess + transport.contention_flows)  # 0 for one flow, towards 1 for many
         contended = jnp.ones(L + 1, bool) if packet is None else packet_ext
         if transport.sender_fair_queue:
-            # a link that is some flow's first packet hop is a sender's NIC, which fair-queues its flows
+            # a sender's NIC, which fair-queues its flows: a link that every flow crossing it enters at its first
+            # packet hop (hosts at the routes' edge; a link that also carries flows onward is a port between them)
             first = on_packet & (jnp.cumsum(on_packet, axis=1) == 1)
-            sender = jax.ops.segment_max(first.reshape(-1).astype(jnp.int32), padded.reshape(-1),
-                                         num_segments=L + 1) > 0
+            at = jnp.where(on_packet, padded, L).reshape(-1)
+            sender = jax.ops.segment_min(first.reshape(-1).astype(jnp.int32), at, num_segments=L + 1) > 0
             contended = contended & ~sender
             here = jnp.where(contended, here, 0.0)
         elsewhere = _least_contended_elsewhere(pairs, padded, hop, sizes, total,

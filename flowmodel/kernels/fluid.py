@@ -387,7 +387,9 @@ def completion_times(
       transport: None (pure fluid), a profile name (``"tcp"``/``"newreno"``, ``"cubic"``, ``"dctcp"``:
         fitted against ns-3) or a ``Transport``: header goodput and contention on capacity, a start
         delay (handshake, slow start, queueing, DCTCP's marking ramp), regrowth bytes, RTT-dependent
-        weights and window caps (``kernels/_transport.py``).
+        weights and window caps (``kernels/_transport.py``). The named profiles take a link that every
+        flow crossing it enters at its first packet hop for a sender's NIC, which fair-queues its flows
+        and is no contended port (``Transport.sender_fair_queue``): routes that start at their hosts.
       reverse: int[L] the link carrying each link's ACKs back (-1: none; ``fabric.reverse_links(src,
         dst)`` from the links' ends, ``FabricInfo.reverse``): with a transport profile, ACKs take their
         bytes from those links. The named profiles were fitted with it; without it ACKs are free
