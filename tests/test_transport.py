@@ -35,7 +35,8 @@ def test_names_resolve_and_unknown_names_list_the_known_ones():
                                           ("rtt_exponent", np.nan), ("mark_bdp", -0.5), ("segment", -1.0),
                                           ("contention", -0.1), ("contention_flows", 0.0), ("regrowth", np.inf),
                                           ("hop_exponent", -1.0), ("ack_bytes", -54.0), ("ack_every", 0.0),
-                                          ("min_window", 0.0), ("rtt_exponent", 3000.0), ("hop_exponent", 9.0)])
+                                          ("min_window", 0.0), ("rtt_exponent", 3000.0), ("hop_exponent", 9.0),
+                                          ("sender_fair_queue", "yes"), ("regrow_outlast", 1)])
 def test_bad_fields_name_the_field(field, value):
     with pytest.raises(ValueError, match=f"transport.{field}: must be"):
         fm.Transport(**{field: value})

@@ -160,6 +160,9 @@ class Transport:
                 bad(field, f"<= {MAX_EXPONENT:g}")
         if not (isinstance(self.goodput, (int, float)) and 0 < self.goodput <= 1):
             bad("goodput", "in (0, 1]")
+        for field in ("regrow_outlast", "sender_fair_queue"):
+            if not isinstance(getattr(self, field), (bool, np.bool_)):
+                bad(field, "True or False")
         if self.window is not None and not (np.isfinite(self.window) and self.window > 0):
             bad("window", "> 0 bytes (or None)")
         if self.mark_packets and not self.regrowth:
