@@ -308,8 +308,8 @@ def test_a_senders_fair_queue_is_no_contended_port():
         got = transport_inputs(tr, *args)[1]
         want = transport_inputs(dataclasses.replace(tr, contention=0.0), *args)[1]
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12, err_msg=name)
-        fifo = transport_inputs(dataclasses.replace(tr, sender_fair_queue=False), *args)[1]
-        assert np.all(np.asarray(fifo) < np.asarray(want)), name
+        unqueued = transport_inputs(dataclasses.replace(tr, sender_fair_queue=False), *args)[1]
+        assert np.all(np.asarray(unqueued) < np.asarray(want)), name
 
 
 # contention's mechanics on routes whose every link is some flow's first hop: no sender's fair queue
