@@ -47,6 +47,24 @@ def test_bad_input_names_the_field():
     for bad in (0, 1.5, True):
         with pytest.raises(ValueError, match=r"ack_every: must be an integer >= 1 \(segments per ACK\), got"):
             ns3.instance(*args, ack_every=bad)
+    with pytest.raises(ValueError, match="trace: must be True or False, got 'yes'"):
+        ns3.instance(*args, trace="yes")
+
+
+def test_a_window_trace_reads_each_flows_events():
+    seg, unset = ns3.SEGMENT, ns3.UNSET
+    # flow 1 opens (threshold unset), slow start ends in a cut, a timeout follows; flow 0 only grows
+    w = ns3.WindowTrace(flow=np.array([0, 1, 1, 0, 1, 1, 1, 1]),
+                        time=np.array([0.0, 0.0, 0.0, 1.0, 1.0, 1.5, 2.0, 2.0]),
+                        kind=np.array([ns3.CWND, ns3.CWND, ns3.SSTHRESH, ns3.CWND, ns3.CWND, ns3.SSTHRESH,
+                                       ns3.STATE, ns3.SSTHRESH]),
+                        value=np.array([10 * seg, 10 * seg, unset, 20 * seg, 40 * seg, 20 * seg,
+                                        ns3.STATES.index("loss"), 10 * seg]))
+    assert w.window_at(0, 0.5) == 10 * seg and w.window_at(0, 1.0) == 20 * seg and w.window_at(1, 9.0) == 40 * seg
+    np.testing.assert_array_equal(w.cuts(1)[1], [20 * seg, 10 * seg])
+    np.testing.assert_array_equal(w.cuts(1)[0], [1.5, 2.0])
+    assert w.cuts(0)[0].size == 0
+    np.testing.assert_array_equal(w.states(1)[1], [ns3.STATES.index("loss")])
 
 
 def test_the_suite_and_its_split_are_fixed():
@@ -285,3 +303,32 @@ def test_dctcp_at_a_high_bdp_is_cut_in_slow_start():
             assert uncut < 0.6 * got[0]
         else:
             np.testing.assert_allclose(uncut, profiled, rtol=1e-12)
+
+
+@pytest.mark.slow
+@pytest.mark.ns3
+def test_window_traces_show_slow_starts_end_under_newreno_and_dctcp():
+    _need_ns3()
+    # two flows over 100 km: NewReno's slow start ends in losses that halve its flight; DCTCP's in two rounds of
+    # marks and no loss, whose second cut leaves the windows test_transport's marking cut is held to (118 / 115)
+    c = cases.long_haul(100, "held")
+    reno, dctcp = ns3.run([ns3.instance(c.routes, c.sizes, c.capacity, c.link_src, c.link_dst, latency=c.latency,
+                                        variant=v, window=c.window, trace=True) for v in ("newreno", "dctcp")],
+                          timeout=300)
+    seg, states = ns3.SEGMENT, ns3.STATES
+    for got in (reno, dctcp):
+        for f in range(2):
+            t, cwnd = got.windows.cwnd(f)
+            assert t[0] == 0.0 and cwnd[0] == ns3.INITIAL_WINDOW * seg and np.all(np.diff(t) >= 0)
+            assert t[-1] <= got.finish[f]
+    for f in range(2):
+        t, cut = reno.windows.cuts(f)
+        times, cwnd = reno.windows.cwnd(f)
+        peak = cwnd[times < t[0]].max()
+        assert peak > 1000 * seg and 0.45 < cut[0] / peak < 0.55
+        assert states.index("recovery") in reno.windows.states(f)[1]
+    for f, measured in ((0, 118), (1, 115)):
+        t, cut = dctcp.windows.cuts(f)
+        np.testing.assert_allclose(cut[1] / seg, measured, rtol=0.03)
+        entered = set(dctcp.windows.states(f)[1].tolist())
+        assert states.index("cwr") in entered and not entered & {states.index("recovery"), states.index("loss")}

@@ -34,6 +34,10 @@ of the flow sent but never received. ACKs go to the address TCP picks (its first
 along the reverse of the first flow from that source through each node: flows from one host that take
 different paths share their ACKs' path.
 
+With ``trace=True`` a result also holds every change of each flow's congestion window, slow-start threshold
+and congestion state (:class:`WindowTrace`): where slow start ended, what each loss or mark cut, which flow
+waited out a retransmission timeout. ``experiments/validation/windows.py`` prints them per case.
+
 Every run happens in a child process (``python -m flowmodel.peers.ns3``; ns-3's simulator is global
 state, and its first import compiles bindings for ~7 s), which takes several instances at once and
 exchanges ``.npz`` files. ns-3 comes from PyPI: ``pip install "flowmodel[ns3]"`` (``ns3==3.44.post0``).
@@ -55,17 +59,70 @@ from ._child import child_env
 VARIANTS = ("newreno", "cubic", "dctcp", "fqcodel")
 SEGMENT = 1448  # TCP payload of a 1500-byte IPv4 packet with the timestamp option
 WIRE = 1502     # those 1500 bytes plus the 2-byte PPP header of ns-3's point-to-point links
+INITIAL_WINDOW = 10  # segments
+
+
+# ns-3's TcpSocketState::TcpCongState_t, the values of a WindowTrace's congestion states
+STATES = ("open", "disorder", "cwr", "recovery", "loss")
+CWND, SSTHRESH, STATE = 0, 1, 2  # WindowTrace.kind
+UNSET = 2.0 ** 32 - 1  # a slow-start threshold not yet set (ns-3's initial one, UINT32_MAX)
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowTrace:
+    """Every change of the flows' TCP state, in time order (E events over all flows): each flow's
+    congestion window first at its start, at the initial window.
+
+    flow: int[E].  time: float[E] s.  kind: int[E], ``CWND``, ``SSTHRESH`` or ``STATE``.
+    value: float[E], bytes (a window or threshold) or the index of the state entered in ``STATES``.
+    """
+
+    flow: np.ndarray
+    time: np.ndarray
+    kind: np.ndarray
+    value: np.ndarray
+
+    def _events(self, f: int, kind: int):
+        pick = (self.flow == f) & (self.kind == kind)
+        return self.time[pick], self.value[pick]
+
+    def cwnd(self, f: int) -> tuple[np.ndarray, np.ndarray]:
+        """(time s, bytes) of flow ``f``'s congestion window at each change."""
+        return self._events(f, CWND)
+
+    def ssthresh(self, f: int) -> tuple[np.ndarray, np.ndarray]:
+        """(time s, bytes) of flow ``f``'s slow-start threshold at each change: first its unset value
+        (``UNSET``) as its connection opens, then every cut (the first ends slow start)."""
+        return self._events(f, SSTHRESH)
+
+    def cuts(self, f: int) -> tuple[np.ndarray, np.ndarray]:
+        """(time s, bytes) of the thresholds flow ``f``'s losses or marks set, the first slow start's end."""
+        t, v = self.ssthresh(f)
+        return t[v < UNSET], v[v < UNSET]
+
+    def states(self, f: int) -> tuple[np.ndarray, np.ndarray]:
+        """(time s, index in ``STATES``) of each congestion state flow ``f`` entered."""
+        t, v = self._events(f, STATE)
+        return t, v.astype(np.int64)
+
+    def window_at(self, f: int, t: float) -> float:
+        """Flow ``f``'s congestion window (bytes) at time ``t`` (its initial window before its first change)."""
+        times, values = self.cwnd(f)
+        i = int(np.searchsorted(times, t, side="right")) - 1
+        return float(values[max(i, 0)])
 
 
 @dataclasses.dataclass(frozen=True)
 class Result:
-    """What ns-3 measured, per flow: finish time (s), packets lost, retransmitted data packets; and the
-    seconds ns-3 spent simulating (setup and import excluded)."""
+    """What ns-3 measured, per flow: finish time (s), packets lost, retransmitted data packets; the
+    seconds ns-3 spent simulating (setup and import excluded); and, for an instance run with
+    ``trace=True``, its flows' :class:`WindowTrace` (else None)."""
 
     finish: np.ndarray
     drops: np.ndarray
     retransmits: np.ndarray
     wall_s: float
+    windows: WindowTrace | None = None
 
 
 def available() -> bool:
@@ -76,12 +133,14 @@ def available() -> bool:
 
 def instance(routes, sizes, capacity, link_src, link_dst, *, latency=None, start_times=None,
              variant: str = "dctcp", window: float | None = None, buffer: int = 400, dctcp_k: int = 65,
-             seed: int = 1, ack_every: int = 2) -> dict:
+             seed: int = 1, ack_every: int = 2, trace: bool = False) -> dict:
     """Check one instance and pack it for the child (arrays in SI units; see :func:`completion_times`)."""
     if variant not in VARIANTS:
         raise ValueError(f"variant: must be one of {', '.join(VARIANTS)}, got {variant!r}")
     if isinstance(ack_every, bool) or not isinstance(ack_every, (int, np.integer)) or ack_every < 1:
         raise ValueError(f"ack_every: must be an integer >= 1 (segments per ACK), got {ack_every!r}")
+    if not isinstance(trace, (bool, np.bool_)):
+        raise ValueError(f"trace: must be True or False, got {trace!r}")
     routes = np.atleast_2d(np.asarray(routes, np.int64))
     F = routes.shape[0]
     capacity = np.asarray(capacity, np.float64)
@@ -117,7 +176,8 @@ def instance(routes, sizes, capacity, link_src, link_dst, *, latency=None, start
             raise ValueError(f"routes[{f}]: starts and ends at node {link_src[hops[0]]}")
     return dict(routes=routes, sizes=sizes, capacity=capacity, latency=latency, link_src=link_src, link_dst=link_dst,
                 start_times=start_times, variant=np.array(variant), window=np.float64(window or 0.0),
-                buffer=np.int64(buffer), dctcp_k=np.int64(dctcp_k), seed=np.int64(seed), ack_every=np.int64(ack_every))
+                buffer=np.int64(buffer), dctcp_k=np.int64(dctcp_k), seed=np.int64(seed), ack_every=np.int64(ack_every),
+                trace=np.bool_(trace))
 
 
 def run(instances: list[dict], *, timeout: float = 1800.0) -> list[Result]:
@@ -141,13 +201,16 @@ def run(instances: list[dict], *, timeout: float = 1800.0) -> list[Result]:
             with np.load(dst) as out:
                 if "error" in out.files:
                     raise RuntimeError(f"ns-3 instance {i}: {out['error']}")
-                results.append(Result(out["finish"], out["drops"], out["retransmits"], float(out["wall_s"])))
+                windows = (WindowTrace(out["trace_flow"], out["trace_time"], out["trace_kind"], out["trace_value"])
+                           if "trace_flow" in out.files else None)
+                results.append(Result(out["finish"], out["drops"], out["retransmits"], float(out["wall_s"]),
+                                      windows))
         return results
 
 
 def completion_times(routes, sizes, capacity, link_src, link_dst, *, latency=None, start_times=None,
                      variant: str = "dctcp", window: float | None = None, buffer: int = 400, dctcp_k: int = 65,
-                     seed: int = 1, ack_every: int = 2, timeout: float = 1800.0) -> Result:
+                     seed: int = 1, ack_every: int = 2, trace: bool = False, timeout: float = 1800.0) -> Result:
     """Per-flow finish times of TCP ``variant`` in ns-3, every flow pinned to its route.
 
     Args:
@@ -159,10 +222,11 @@ def completion_times(routes, sizes, capacity, link_src, link_dst, *, latency=Non
       window: socket buffer bytes (send and receive) per connection; None: 64 MiB.
       buffer: queue per port (packets).  dctcp_k: DCTCP marking threshold (packets).
       ack_every: the receiver's delayed-ACK count (segments per ACK; 1 ACKs every segment).
+      trace: also record every flow's window, threshold and state changes (``Result.windows``).
     """
     return run([instance(routes, sizes, capacity, link_src, link_dst, latency=latency, start_times=start_times,
                          variant=variant, window=window, buffer=buffer, dctcp_k=dctcp_k, seed=seed,
-                         ack_every=ack_every)],
+                         ack_every=ack_every, trace=trace)],
                timeout=timeout)[0]
 
 
@@ -181,11 +245,58 @@ def _channels(link_src, link_dst):
     return channel, end, ends
 
 
+# the child's window trace: C++ sinks (a Python callback per ACK would cost more than the simulation)
+_TRACE_CODE = r"""
+#include <string>
+#include <vector>
+namespace flowmodel_trace {
+std::vector<int> flow, kind;
+std::vector<double> time, value;
+void add(const std::string& f, int k, double v, double t) {
+    flow.push_back(std::stoi(f));
+    kind.push_back(k);
+    time.push_back(t);
+    value.push_back(v);
+}
+double now() { return ns3::Simulator::Now().GetSeconds(); }
+void cwnd(std::string f, uint32_t, uint32_t to) { add(f, 0, to, now()); }
+void ssthresh(std::string f, uint32_t, uint32_t to) { add(f, 1, to, now()); }
+void state(std::string f, ns3::TcpSocketState::TcpCongState_t, ns3::TcpSocketState::TcpCongState_t to) {
+    add(f, 2, (double)to, now());
+}
+void hook(ns3::Ptr<ns3::Application> app, int f, double start, double initial) {
+    auto socket = ns3::DynamicCast<ns3::BulkSendApplication>(app)->GetSocket();
+    std::string name = std::to_string(f);
+    add(name, 0, initial, start);  // the window it opens with
+    socket->TraceConnect("CongestionWindow", name, ns3::MakeCallback(&cwnd));
+    socket->TraceConnect("SlowStartThreshold", name, ns3::MakeCallback(&ssthresh));
+    socket->TraceConnect("CongState", name, ns3::MakeCallback(&state));
+}
+// the application makes its socket when it starts: hook it just after
+void at_start(ns3::Ptr<ns3::Application> app, int f, double start, double initial) {
+    ns3::Simulator::Schedule(ns3::Seconds(start) + ns3::NanoSeconds(1), &hook, app, f, start, initial);
+}
+void clear() { flow.clear(); kind.clear(); time.clear(); value.clear(); }
+}
+"""
+
+
+def _trace_hooks():
+    """The C++ trace sinks, compiled once per child."""
+    import cppyy
+
+    if not hasattr(cppyy.gbl, "flowmodel_trace"):
+        cppyy.cppdef(_TRACE_CODE)
+    cppyy.gbl.flowmodel_trace.clear()
+    return cppyy.gbl.flowmodel_trace
+
+
 def _simulate(ns, data) -> dict:
     routes, sizes, capacity, latency = data["routes"], data["sizes"], data["capacity"], data["latency"]
     link_src, link_dst, starts = data["link_src"], data["link_dst"], data["start_times"]
     variant, window = str(data["variant"]), float(data["window"]) or float(64 << 20)
     F = routes.shape[0]
+    hooks = _trace_hooks() if bool(data.get("trace", False)) else None
     ns.RngSeedManager.SetSeed(int(data["seed"]))
     ns.RngSeedManager.SetRun(1)
     # random streams are numbered on from the last instance's unless reset: an instance's result would depend
@@ -196,7 +307,7 @@ def _simulate(ns, data) -> dict:
     defaults = [
         ("ns3::TcpL4Protocol::SocketType", ns.TypeIdValue(ns.TypeId.LookupByName(socket))),
         ("ns3::TcpSocket::SegmentSize", ns.UintegerValue(SEGMENT)),
-        ("ns3::TcpSocket::InitialCwnd", ns.UintegerValue(10)),
+        ("ns3::TcpSocket::InitialCwnd", ns.UintegerValue(INITIAL_WINDOW)),
         ("ns3::TcpSocket::DelAckCount", ns.UintegerValue(int(data["ack_every"]))),
         ("ns3::TcpSocket::DelAckTimeout", ns.TimeValue(ns.MicroSeconds(50))),
         ("ns3::TcpSocket::SndBufSize", ns.UintegerValue(int(window))),
@@ -320,6 +431,8 @@ def _simulate(ns, data) -> dict:
         bulk.SetAttribute("SendSize", ns.UintegerValue(SEGMENT * 16))
         app = bulk.Install(nodes.Get(s))
         app.Start(ns.Seconds(float(starts[f])))
+        if hooks is not None:
+            hooks.at_start(app.Get(0), f, float(starts[f]), float(INITIAL_WINDOW * SEGMENT))
 
     monitor_helper = ns.FlowMonitorHelper()
     monitor = monitor_helper.InstallAll()
@@ -350,7 +463,14 @@ def _simulate(ns, data) -> dict:
         f = short[0]
         return dict(error=np.array(f"flow {f} received {received[f]} of {int(round(sizes[f]))} bytes by the horizon "
                                    f"{horizon:.3g} s ({short.size} flows unfinished)"))
-    return dict(finish=finish, drops=drops, retransmits=retx, wall_s=np.float64(wall))
+    out = dict(finish=finish, drops=drops, retransmits=retx, wall_s=np.float64(wall))
+    if hooks is not None:
+        order = np.argsort(np.asarray(list(hooks.time)), kind="stable")
+        out.update(trace_flow=np.asarray(list(hooks.flow), np.int64)[order],
+                   trace_time=np.asarray(list(hooks.time), np.float64)[order],
+                   trace_kind=np.asarray(list(hooks.kind), np.int64)[order],
+                   trace_value=np.asarray(list(hooks.value), np.float64)[order])
+    return out
 
 
 def _child(paths: list[str]) -> None:
