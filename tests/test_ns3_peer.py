@@ -84,6 +84,16 @@ def test_the_suite_and_its_split_are_fixed():
     assert a2a.routes.shape[0] == 32 * 31
 
 
+def test_a_cases_draws_start_within_the_jitter_the_same_on_every_run():
+    c, d = cases.dumbbell(), cases.parking_lot()
+    np.testing.assert_array_equal(cases.start_times(c, 0, 4, 0), np.zeros(4))
+    first, again = cases.start_times(c, 0, 4, 1), cases.start_times(c, 0, 4, 1)
+    np.testing.assert_array_equal(first, again)
+    assert np.all((first >= 0) & (first <= cases.JITTER)) and np.unique(first).size == 4
+    for other in (cases.start_times(c, 0, 4, 2), cases.start_times(d, 0, 4, 1), cases.start_times(c, 4, 8, 1)):
+        assert not np.array_equal(first, other)
+
+
 def test_channels_pair_each_link_with_its_reverse():
     channel, end, ends = ns3._channels(np.array([0, 1, 1, 2, 0]), np.array([1, 0, 2, 1, 1]))
     assert channel.tolist() == [0, 0, 1, 1, 2]  # the second 0->1 link has no reverse left: its own channel
@@ -332,3 +342,23 @@ def test_window_traces_show_slow_starts_end_under_newreno_and_dctcp():
         np.testing.assert_allclose(cut[1] / seg, measured, rtol=0.03)
         entered = set(dctcp.windows.states(f)[1].tolist())
         assert states.index("cwr") in entered and not entered & {states.index("recovery"), states.index("loss")}
+
+
+@pytest.mark.slow
+@pytest.mark.ns3
+def test_no_flow_times_out_before_its_first_ack_can_return():
+    _need_ns3()
+    # 8 equal flows over 100 km (0.98 ms RTT), starting within 10 us of each other. ns-3 samples RTTs from the
+    # timestamps' 1 ms ticks, so with an RTO floor of 1 ms alone a flow whose first ACK queued 14 us behind the
+    # others' timed out in its first round, and the window it was left (2 segments) held it for the rest of its
+    # transfer: 231 ms against 143 with every flow starting at 0. The floor is now 1 ms plus the flow's RTT
+    c = cases.longhaul_equal(8, 100, "fit", 16e6)
+    got = ns3.run([ns3.instance(c.routes, c.sizes, c.capacity, c.link_src, c.link_dst, latency=c.latency,
+                                variant="newreno", window=c.window, start_times=cases.start_times(c, 0, 8, 1),
+                                trace=True)], timeout=300)[0]
+    for f in range(8):
+        t, state = got.windows.states(f)
+        first_cut = got.windows.cuts(f)[0][0]
+        assert first_cut > 5e-3  # slow start's losses, at ~11 ms, end it: no timeout in the first rounds
+        assert not np.any((state == ns3.STATES.index("loss")) & (t < first_cut))
+    assert got.finish.max() < 0.2

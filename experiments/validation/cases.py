@@ -13,6 +13,7 @@ flows a port did not extrapolate to 8 (NewReno +25.4%), and joined the fit half;
 from __future__ import annotations
 
 import dataclasses
+import zlib
 
 import numpy as np
 
@@ -20,6 +21,7 @@ RATE = 1.25e9   # 10 Gbps
 LAT = 1e-6      # 1 us per link inside a building
 KM = 4.9e-6     # fibre delay per km (docs/sources.md, the three domains)
 MB = 1e6
+JITTER = 10e-6  # s: the spread of the flows' start times in every ns-3 draw of a case but the first
 
 
 @dataclasses.dataclass
@@ -317,6 +319,15 @@ def training_step():
                 np.asarray(net.capacity, float), np.asarray(net.latency, float), R, np.asarray(sizes),
                 note="TP4 (40 Gbps scale-up) x DP4 (10 Gbps leaf-spine, 2:1) step, its phases in sequence",
                 phases=tuple(phases), calls=tuple(calls))
+
+
+def start_times(case, lo, hi, draw):
+    """float[hi - lo] s: the start times of the flows ``lo:hi`` (a phase) of ``case`` in ns-3 draw ``draw``: all 0
+    in the first, else uniform in [0, ``JITTER``] (a collective's flows leave their hosts microseconds apart), the
+    same for a case, phase and draw on every run."""
+    if draw == 0:
+        return np.zeros(hi - lo)
+    return np.random.default_rng([draw, lo, zlib.crc32(case.name.encode())]).uniform(0.0, JITTER, hi - lo)
 
 
 def all_cases():

@@ -1,13 +1,15 @@
 """Fit the transport profiles on the ``fit`` half of the validation cases, and report both halves.
 
     PYTHONPATH=. python experiments/validation/fit.py      # needs the ns-3 results run.py cached
+    PYTHONPATH=. python experiments/validation/fit.py --draws 5   # to the medians of run.py --draws 5
 
 Per TCP variant, the fields of ``FITTED`` (NewReno's and Cubic's slow start, every variant's RTT
 exponent and its two contention constants) are chosen by Nelder-Mead (SciPy), from three starts (the
 shipped profile with the contention's saturation at 0.5, 2 and 8 flows; the saturation bounded to 0.1-8
 flows, the RTT exponent to at most 8), minimising over the fit cases
 only the mean of
-``makespan error ** 2 + (median per-flow error / 2) ** 2``. The held-out cases are evaluated once with the
+``makespan error ** 2 + (median per-flow error / 2) ** 2``, against ns-3's median makespan over the draws
+and each flow's median finish time over them (with one draw, that draw). The held-out cases are evaluated once with the
 result and never enter the search. Fixed by physics or by the validation setup, not fitted: goodput
 1448/1502 (payload per PPP frame), one RTT of handshake, one packet of store-and-forward per hop, the
 initial window (10 segments), one segment per RTT of regrowth from at least 2 segments, the time it loses
@@ -56,7 +58,7 @@ def loss(tr, cases, measured):
             ours, _ = run.fluid(c, tr, timed=False)
         except Exception:  # a point of the search far outside the physical range (the kernels refuse it)
             return np.inf
-        m, med, _, _ = run.errors(c, ours, measured[c.name][0])
+        m, med, _, _ = run.errors(c, ours, *measured[c.name])
         total += m * m + (med / 2) ** 2
     return total / len(cases)
 
@@ -89,20 +91,25 @@ def main(argv=None):
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--variants", default=",".join(run.VARIANTS))
+    p.add_argument("--draws", type=int, default=1, help="fit to the median over this many ns-3 draws of each case "
+                   "(run.py --draws; default 1, the draw with every flow at 0)")
     args = p.parse_args(argv)
+    if args.draws < 1:
+        p.error(f"--draws: must be >= 1, got {args.draws}")
     all_cases = run.cases_mod.all_cases()
     fit_cases = [c for c in all_cases if c.split == "fit"]
     print("fit half:", ", ".join(c.name for c in fit_cases))
     print("held half:", ", ".join(c.name for c in all_cases if c.split == "held"))
     for variant in args.variants.split(","):
-        measured = run.run_ns3(all_cases, variant)
+        draws = [run.run_ns3(all_cases, variant, draw=d) for d in range(args.draws)]
+        measured = {c.name: run.central(c, [m[c.name][0] for m in draws]) for c in all_cases}
         tr = fit(variant, fit_cases, measured)
         values = " ".join(f"{n}={getattr(tr, n):.4g}" for n in FITTED[variant])
         print(f"{variant}: {len(FITTED[variant])} fitted: {values}  (fit loss {loss(tr, fit_cases, measured):.4f})",
               flush=True)
         for c in all_cases:
             ours, _ = run.fluid(c, tr, timed=False)
-            m, med, p90, mx = run.errors(c, ours, measured[c.name][0])
+            m, med, p90, mx = run.errors(c, ours, *measured[c.name])
             print(f"  {c.split:4s} {c.name:18s} makespan {m:+7.1%}  per-flow median {med:6.1%} p90 {p90:6.1%} "
                   f"max {mx:6.1%}", flush=True)
 

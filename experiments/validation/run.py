@@ -10,6 +10,13 @@ transport profile. It prints one Markdown table (also written to ``out/validatio
 makespan error and per-flow completion-time error (median, p90, max) of each, and the wall time of
 both tools. A phased case (the training step) runs its phases one after another: its makespan is the
 step's communication time, sum over phases of (calls per step x phase makespan).
+
+``--draws N`` also runs every case N - 1 more times in ns-3, each flow starting at a time drawn uniformly
+in [0, 10 us] (``cases.JITTER``: a collective's flows leave their hosts microseconds apart), and adds the peer's
+own spread: the range of its makespans over the N draws (the first, all flows at 0, included) and the
+profile's error against their median. Loss-based TCP's slow start ends in losses that strike flows
+unevenly, so which flow a second cut or a timeout leaves behind, and with it the makespan, can turn on
+microseconds (``windows.py`` shows the cuts).
 """
 
 from __future__ import annotations
@@ -49,28 +56,31 @@ def _sub(case, lo, hi):
     return routes[:, : int((routes >= 0).sum(axis=1).max())], case.sizes[lo:hi]
 
 
-def ns3_instances(case, variant, ack_every=2):
+def ns3_instances(case, variant, ack_every=2, draw=0):
     out = []
     for lo, hi in phases(case):
         routes, sizes = _sub(case, lo, hi)
         out.append(ns3.instance(routes, sizes, case.capacity, case.link_src, case.link_dst, latency=case.latency,
-                                variant=variant, window=case.window, ack_every=ack_every))
+                                variant=variant, window=case.window, ack_every=ack_every,
+                                start_times=cases_mod.start_times(case, lo, hi, draw)))
     return out
 
 
-def run_ns3(all_cases, variant, rerun=False, ack_every=2):
-    """{case name: (fct float[F], drops, retransmits, wall s)}, cached per variant (and ACK count)."""
-    path = os.path.join(OUT, f"ns3_{variant}.npz" if ack_every == 2 else f"ns3_{variant}_ack{ack_every}.npz")
+def run_ns3(all_cases, variant, rerun=False, ack_every=2, draw=0):
+    """{case name: (fct float[F], drops, retransmits, wall s)}, cached per variant, ACK count and draw."""
+    name = f"ns3_{variant}" + ("" if ack_every == 2 else f"_ack{ack_every}") + ("" if draw == 0 else f"_draw{draw}")
+    path = os.path.join(OUT, name + ".npz")
     cached = {}
     if os.path.exists(path) and not rerun:
         with np.load(path) as z:
             cached = {k: z[k] for k in z.files}
     todo = [c for c in all_cases if f"{c.name}/fct" not in cached]
     if todo:
-        batch = [inst for c in todo for inst in ns3_instances(c, variant, ack_every)]
+        batch = [inst for c in todo for inst in ns3_instances(c, variant, ack_every, draw)]
         t0 = time.perf_counter()
         results = iter(ns3.run(batch, timeout=3000))
-        print(f"  ns-3 {variant}: {len(todo)} cases in {time.perf_counter() - t0:.1f} s (one process)", flush=True)
+        print(f"  ns-3 {variant}, draw {draw}: {len(todo)} cases in {time.perf_counter() - t0:.1f} s (one process)",
+              flush=True)
         for c in todo:
             parts = [next(results) for _ in phases(c)]
             cached[f"{c.name}/fct"] = np.concatenate([p.finish for p in parts])
@@ -108,32 +118,48 @@ def makespan(case, fct):
     return sum(k * fct[lo:hi].max() for (lo, hi), k in zip(phases(case), calls(case)))
 
 
-def errors(case, ours, theirs):
-    """(makespan relative error, per-flow |relative error|: median, p90, max)."""
-    m = makespan(case, ours) / makespan(case, theirs) - 1
+def central(case, draws):
+    """(per-flow median finish time, median makespan) of a case over its ns-3 draws (``draws``: the flows'
+    finish times in each): flows that a draw treats alike (equal flows over one link) count alike."""
+    return np.median(np.stack(draws), axis=0), float(np.median([makespan(case, fct) for fct in draws]))
+
+
+def errors(case, ours, theirs, span=None):
+    """(makespan relative error, per-flow |relative error|: median, p90, max), against ``theirs`` finish
+    times and their makespan (or ``span``, such as the median over draws)."""
+    m = makespan(case, ours) / (makespan(case, theirs) if span is None else span) - 1
     e = np.abs(ours / theirs - 1)
     return m, float(np.median(e)), float(np.quantile(e, 0.9)), float(e.max())
 
 
-def table(all_cases, variants, ack_every=2):
-    """The Markdown rows and per-case errors, from the ns-3 results ``run_ns3`` cached."""
+def table(all_cases, variants, ack_every=2, draws=1):
+    """The Markdown rows and per-case errors, from the ns-3 results ``run_ns3`` cached (``draws`` of them)."""
     rows, summary = [], []
     head = ("| case | half | variant | ns-3 makespan | fluid: makespan err | fluid: per-flow med / p90 / max "
             "| profile: makespan err | profile: per-flow med / p90 / max | retx / flow | ns-3 wall | fluid wall |")
+    if draws > 1:
+        head += (f" ns-3 over {draws} draws: min - median - max | profile against the medians: makespan err "
+                 "| per-flow med / p90 / max |")
     rows += [head, "|" + "---|" * (head.count("|") - 1)]
     for variant in variants:
-        measured = run_ns3(all_cases, variant, ack_every=ack_every)
+        measured = [run_ns3(all_cases, variant, ack_every=ack_every, draw=d) for d in range(draws)]
         profile = fm.transport_profile(variant)
         for c in all_cases:
-            theirs, _, retx, wall = measured[c.name]
+            theirs, _, retx, wall = measured[0][c.name]
             bare, _ = fluid(c, None)
             prof, fwall = fluid(c, profile)
             e0, e1 = errors(c, bare, theirs), errors(c, prof, theirs)
-            summary.append((c.name, c.split, variant, e0, e1))
-            rows.append(f"| {c.name} | {c.split} | {variant} | {makespan(c, theirs) * 1e3:.2f} ms | {e0[0]:+.1%} "
-                        f"| {e0[1]:.1%} / {e0[2]:.1%} / {e0[3]:.1%} | {e1[0]:+.1%} "
-                        f"| {e1[1]:.1%} / {e1[2]:.1%} / {e1[3]:.1%} | {np.mean(retx):.0f} | {wall:.2f} s "
-                        f"| {fwall * 1e3:.1f} ms |")
+            spans = [makespan(c, m[c.name][0]) for m in measured]
+            e2 = errors(c, prof, *central(c, [m[c.name][0] for m in measured]))
+            summary.append((c.name, c.split, variant, e0, e1, (min(spans), float(np.median(spans)), max(spans)), e2))
+            row = (f"| {c.name} | {c.split} | {variant} | {makespan(c, theirs) * 1e3:.2f} ms | {e0[0]:+.1%} "
+                   f"| {e0[1]:.1%} / {e0[2]:.1%} / {e0[3]:.1%} | {e1[0]:+.1%} "
+                   f"| {e1[1]:.1%} / {e1[2]:.1%} / {e1[3]:.1%} | {np.mean(retx):.0f} | {wall:.2f} s "
+                   f"| {fwall * 1e3:.1f} ms |")
+            if draws > 1:
+                row += (f" {min(spans) * 1e3:.2f} - {np.median(spans) * 1e3:.2f} - {max(spans) * 1e3:.2f} ms "
+                        f"| {e2[0]:+.1%} | {e2[1]:.1%} / {e2[2]:.1%} / {e2[3]:.1%} |")
+            rows.append(row)
     return rows, summary
 
 
@@ -145,10 +171,15 @@ def main(argv=None):
     p.add_argument("--ack-every", type=int, default=2, help="ns-3 receivers' delayed-ACK count (default 2, as "
                    "Linux; the profiles were fitted with 2); 1 ACKs every segment, a sensitivity check")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
-                   help="ns-3 children at once, one per variant (default: one per core)")
+                   help="ns-3 children at once, one per variant and draw (default: one per core)")
+    p.add_argument("--draws", type=int, default=1, help="ns-3 runs per case: the first with every flow at 0, the "
+                   f"rest with starts drawn in [0, {cases_mod.JITTER * 1e6:g} us] (default 1; their spread joins "
+                   "the table)")
     args = p.parse_args(argv)
     if args.jobs < 1:
         p.error(f"--jobs: must be >= 1, got {args.jobs}")
+    if args.draws < 1:
+        p.error(f"--draws: must be >= 1, got {args.draws}")
     all_cases = cases_mod.all_cases()
     if args.cases:
         known = {c.name for c in all_cases}
@@ -162,8 +193,9 @@ def main(argv=None):
     # the variants' ns-3 children run side by side (each is one process; the 16 flows over 1,000 km alone take
     # 6 min under Cubic), then the table reads their caches
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        list(pool.map(lambda v: run_ns3(all_cases, v, args.rerun, args.ack_every), variants))
-    rows, summary = table(all_cases, variants, args.ack_every)
+        runs = [(v, d) for d in range(args.draws) for v in variants]
+        list(pool.map(lambda vd: run_ns3(all_cases, vd[0], args.rerun, args.ack_every, vd[1]), runs))
+    rows, summary = table(all_cases, variants, args.ack_every, args.draws)
     text = "\n".join(rows)
     print(text)
     for variant in args.variants.split(","):
@@ -177,6 +209,17 @@ def main(argv=None):
         medians = sum(x[4][1] <= 0.15 for x in mine)
         print(f"{variant} every case: per-flow median within 15% on {medians} of {len(mine)} "
               f"({medians / max(len(mine), 1):.0%})")
+        if args.draws > 1:
+            mid = sum(abs(x[6][0]) <= 0.05 for x in held)
+            inside = sum(x[5][0] * 0.95 <= x[5][1] * (1 + x[6][0]) <= x[5][2] * 1.05 for x in held)
+            worst = max(held, key=lambda x: abs(x[6][0]), default=None)
+            if worst is not None:
+                print(f"{variant} held-out against the median of {args.draws} draws: within 5% on {mid} of "
+                      f"{len(held)}, worst {worst[6][0]:+.1%} ({worst[0]}); inside ns-3's range (5% either side) "
+                      f"on {inside}")
+            medians = sum(x[6][1] <= 0.15 for x in mine)
+            print(f"{variant} every case against the per-flow medians: per-flow median within 15% on {medians} of "
+                  f"{len(mine)}")
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, "table.md" if args.ack_every == 2 else f"table_ack{args.ack_every}.md"), "w") as fh:
         fh.write(text + "\n")

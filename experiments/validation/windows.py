@@ -1,7 +1,7 @@
 """What each flow's TCP did in ns-3, case by case: where slow start ended, what the cuts left, who timed out.
 
     PYTHONPATH=. python experiments/validation/windows.py                       # the long-haul cases
-    PYTHONPATH=. python experiments/validation/windows.py --cases longhaul_100km --variants newreno
+    PYTHONPATH=. python experiments/validation/windows.py --cases longhaul_100km --variants newreno --draw 1
 
 Runs the cases of ``cases.py`` in ns-3 with window traces (``flowmodel.peers.ns3``, ``trace=True``;
 nothing cached) and prints, per flow, in segments of 1448 bytes: the window its share of the
@@ -72,7 +72,11 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cases", default="", help="comma-separated case names (default: every long-haul case)")
     p.add_argument("--variants", default=",".join(run.VARIANTS))
+    p.add_argument("--draw", type=int, default=0, help="the flows' start times: draw 0 starts every flow at 0, "
+                   "a later one as run.py --draws does (cases.start_times)")
     args = p.parse_args(argv)
+    if args.draw < 0:
+        p.error(f"--draw: must be >= 0, got {args.draw}")
     all_cases = run.cases_mod.all_cases()
     known = {c.name: c for c in all_cases}
     names = args.cases.split(",") if args.cases else [c.name for c in all_cases if c.window is not None]
@@ -92,8 +96,10 @@ def main(argv=None):
     print("\n".join(lines), flush=True)
     for name in names:
         case = known[name]
+        starts = run.cases_mod.start_times(case, 0, len(case.sizes), args.draw)
         batch = [ns3.instance(case.routes, case.sizes, case.capacity, case.link_src, case.link_dst,
-                              latency=case.latency, variant=v, window=case.window, trace=True) for v in variants]
+                              latency=case.latency, variant=v, window=case.window, start_times=starts, trace=True)
+                 for v in variants]
         for v, result in zip(variants, ns3.run(batch, timeout=3000)):
             lines += rows(case, v, result)
             print("\n".join(lines[-len(case.sizes):]), flush=True)

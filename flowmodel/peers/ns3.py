@@ -8,7 +8,8 @@ extra /32 address per flow and every node on the route has a static host route f
 no per-flow ECMP, and routing differences swamp every TCP effect, so routes are never left to ns-3.
 
 TCP is configured as a datacenter stack, not ns-3's defaults: 1448-byte segments (a 1500-byte MTU with
-timestamps), MinRto 1 ms (clock granularity 1 ms), delayed ACKs every ``ack_every`` segments (2, as
+timestamps), an RTO of at least 1 ms plus the flow's path RTT (``MIN_RTO``; Linux's floor is the smoothed RTT
+plus rto_min; clock granularity 1 ms), delayed ACKs every ``ack_every`` segments (2, as
 Linux does) with a 50 us timeout (far below MinRto), initial window 10 segments, SACK on, socket
 buffers of ``window`` bytes (large by default, so that only congestion limits a flow). Queues:
 ``newreno`` and ``cubic`` use a drop-tail device queue of ``buffer`` packets on switch ports (ns-3's
@@ -60,6 +61,7 @@ VARIANTS = ("newreno", "cubic", "dctcp", "fqcodel")
 SEGMENT = 1448  # TCP payload of a 1500-byte IPv4 packet with the timestamp option
 WIRE = 1502     # those 1500 bytes plus the 2-byte PPP header of ns-3's point-to-point links
 INITIAL_WINDOW = 10  # segments
+MIN_RTO = 1e-3  # s: rto_min, as datacenter stacks tune it; a flow's RTO is at least this plus its path's RTT
 
 
 # ns-3's TcpSocketState::TcpCongState_t, the values of a WindowTrace's congestion states
@@ -245,8 +247,9 @@ def _channels(link_src, link_dst):
     return channel, end, ends
 
 
-# the child's window trace: C++ sinks (a Python callback per ACK would cost more than the simulation)
-_TRACE_CODE = r"""
+# what the child does to each flow's socket as it opens (C++: a Python callback per ACK would cost more than the
+# simulation): floor its RTO, and trace its windows where asked
+_HOOK_CODE = r"""
 #include <string>
 #include <vector>
 namespace flowmodel_trace {
@@ -264,29 +267,34 @@ void ssthresh(std::string f, uint32_t, uint32_t to) { add(f, 1, to, now()); }
 void state(std::string f, ns3::TcpSocketState::TcpCongState_t, ns3::TcpSocketState::TcpCongState_t to) {
     add(f, 2, (double)to, now());
 }
-void hook(ns3::Ptr<ns3::Application> app, int f, double start, double initial) {
+void hook(ns3::Ptr<ns3::Application> app, int f, double start, double min_rto, double initial, bool traced) {
     auto socket = ns3::DynamicCast<ns3::BulkSendApplication>(app)->GetSocket();
+    socket->SetAttribute("MinRto", ns3::TimeValue(ns3::Seconds(min_rto)));
+    if (!traced) {
+        return;
+    }
     std::string name = std::to_string(f);
     add(name, 0, initial, start);  // the window it opens with
     socket->TraceConnect("CongestionWindow", name, ns3::MakeCallback(&cwnd));
     socket->TraceConnect("SlowStartThreshold", name, ns3::MakeCallback(&ssthresh));
     socket->TraceConnect("CongState", name, ns3::MakeCallback(&state));
 }
-// the application makes its socket when it starts: hook it just after
-void at_start(ns3::Ptr<ns3::Application> app, int f, double start, double initial) {
-    ns3::Simulator::Schedule(ns3::Seconds(start) + ns3::NanoSeconds(1), &hook, app, f, start, initial);
+// the application makes its socket when it starts (and sends its SYN): hook it just after
+void at_start(ns3::Ptr<ns3::Application> app, int f, double start, double min_rto, double initial, bool traced) {
+    ns3::Simulator::Schedule(ns3::Seconds(start) + ns3::NanoSeconds(1), &hook, app, f, start, min_rto, initial,
+                             traced);
 }
 void clear() { flow.clear(); kind.clear(); time.clear(); value.clear(); }
 }
 """
 
 
-def _trace_hooks():
-    """The C++ trace sinks, compiled once per child."""
+def _socket_hooks():
+    """The C++ socket hooks and trace sinks, compiled once per child, their trace cleared."""
     import cppyy
 
     if not hasattr(cppyy.gbl, "flowmodel_trace"):
-        cppyy.cppdef(_TRACE_CODE)
+        cppyy.cppdef(_HOOK_CODE)
     cppyy.gbl.flowmodel_trace.clear()
     return cppyy.gbl.flowmodel_trace
 
@@ -296,7 +304,7 @@ def _simulate(ns, data) -> dict:
     link_src, link_dst, starts = data["link_src"], data["link_dst"], data["start_times"]
     variant, window = str(data["variant"]), float(data["window"]) or float(64 << 20)
     F = routes.shape[0]
-    hooks = _trace_hooks() if bool(data.get("trace", False)) else None
+    hooks, traced = _socket_hooks(), bool(data.get("trace", False))
     ns.RngSeedManager.SetSeed(int(data["seed"]))
     ns.RngSeedManager.SetRun(1)
     # random streams are numbered on from the last instance's unless reset: an instance's result would depend
@@ -312,7 +320,7 @@ def _simulate(ns, data) -> dict:
         ("ns3::TcpSocket::DelAckTimeout", ns.TimeValue(ns.MicroSeconds(50))),
         ("ns3::TcpSocket::SndBufSize", ns.UintegerValue(int(window))),
         ("ns3::TcpSocket::RcvBufSize", ns.UintegerValue(int(window))),
-        ("ns3::TcpSocketBase::MinRto", ns.TimeValue(ns.MilliSeconds(1))),
+        ("ns3::TcpSocketBase::MinRto", ns.TimeValue(ns.Seconds(MIN_RTO))),  # each flow's floor: below
         # keep the 1 ms granularity: timestamps measure RTTs in ms, and a finer one set the RTO a hair above
         # a long-haul RTT (spurious timeouts stalled a 1,000 km flow)
         ("ns3::TcpSocketBase::ClockGranularity", ns.TimeValue(ns.MilliSeconds(1))),
@@ -431,8 +439,13 @@ def _simulate(ns, data) -> dict:
         bulk.SetAttribute("SendSize", ns.UintegerValue(SEGMENT * 16))
         app = bulk.Install(nodes.Get(s))
         app.Start(ns.Seconds(float(starts[f])))
-        if hooks is not None:
-            hooks.at_start(app.Get(0), f, float(starts[f]), float(INITIAL_WINDOW * SEGMENT))
+        # Linux's RTO is at least the smoothed RTT plus rto_min; ns-3's is at least MinRto, and its RTT samples come
+        # from the timestamps' 1 ms ticks (0 or 1 ms at 100 km): with MinRto alone the first ACK of a flow that
+        # queues 14 us behind others at 100 km came after a 1 ms RTO, and the spurious timeout left its window at 2
+        # segments for the rest of its transfer (8 equal flows over 100 km, flows starting within 10 us: 231 ms;
+        # with the floor, 142 ms)
+        rto = MIN_RTO + 2 * float(delay[hops].sum())
+        hooks.at_start(app.Get(0), f, float(starts[f]), rto, float(INITIAL_WINDOW * SEGMENT), traced)
 
     monitor_helper = ns.FlowMonitorHelper()
     monitor = monitor_helper.InstallAll()
@@ -464,7 +477,7 @@ def _simulate(ns, data) -> dict:
         return dict(error=np.array(f"flow {f} received {received[f]} of {int(round(sizes[f]))} bytes by the horizon "
                                    f"{horizon:.3g} s ({short.size} flows unfinished)"))
     out = dict(finish=finish, drops=drops, retransmits=retx, wall_s=np.float64(wall))
-    if hooks is not None:
+    if traced:
         order = np.argsort(np.asarray(list(hooks.time)), kind="stable")
         out.update(trace_flow=np.asarray(list(hooks.flow), np.int64)[order],
                    trace_time=np.asarray(list(hooks.time), np.float64)[order],
