@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import hashlib
+import inspect
 import os
 import sys
 import time
@@ -66,15 +68,28 @@ def ns3_instances(case, variant, ack_every=2, draw=0):
     return out
 
 
+def cache_key(case, variant, ack_every=2, draw=0):
+    """What a cached ns-3 result was run from: the case's instances and the peer's source (a changed case or peer
+    runs again, never reads a stale result)."""
+    h = hashlib.sha256(inspect.getsource(ns3).encode())
+    for inst in ns3_instances(case, variant, ack_every, draw):
+        for k in sorted(inst):
+            h.update(k.encode())
+            h.update(np.ascontiguousarray(inst[k]).tobytes())
+    return h.hexdigest()[:16]
+
+
 def run_ns3(all_cases, variant, rerun=False, ack_every=2, draw=0):
-    """{case name: (fct float[F], drops, retransmits, wall s)}, cached per variant, ACK count and draw."""
+    """{case name: (fct float[F], drops, retransmits, wall s)}, cached per variant, ACK count and draw, and rerun
+    where a case or the peer changed (``cache_key``)."""
     name = f"ns3_{variant}" + ("" if ack_every == 2 else f"_ack{ack_every}") + ("" if draw == 0 else f"_draw{draw}")
     path = os.path.join(OUT, name + ".npz")
     cached = {}
     if os.path.exists(path) and not rerun:
         with np.load(path) as z:
             cached = {k: z[k] for k in z.files}
-    todo = [c for c in all_cases if f"{c.name}/fct" not in cached]
+    keys = {c.name: cache_key(c, variant, ack_every, draw) for c in all_cases}
+    todo = [c for c in all_cases if str(cached.get(f"{c.name}/key", "")) != keys[c.name]]
     if todo:
         batch = [inst for c in todo for inst in ns3_instances(c, variant, ack_every, draw)]
         t0 = time.perf_counter()
@@ -87,6 +102,7 @@ def run_ns3(all_cases, variant, rerun=False, ack_every=2, draw=0):
             cached[f"{c.name}/drops"] = np.concatenate([p.drops for p in parts])
             cached[f"{c.name}/retx"] = np.concatenate([p.retransmits for p in parts])
             cached[f"{c.name}/wall"] = np.float64(sum(p.wall_s for p in parts))
+            cached[f"{c.name}/key"] = np.array(keys[c.name])
         os.makedirs(OUT, exist_ok=True)
         np.savez(path, **cached)
     return {c.name: (cached[f"{c.name}/fct"], cached[f"{c.name}/drops"], cached[f"{c.name}/retx"],
