@@ -329,7 +329,10 @@ def test_window_traces_show_slow_starts_end_under_newreno_and_dctcp():
     for got in (reno, dctcp):
         for f in range(2):
             t, cwnd = got.windows.cwnd(f)
-            assert t[0] == 0.0 and cwnd[0] == ns3.INITIAL_WINDOW * seg and np.all(np.diff(t) >= 0)
+            # the window first grows past the initial window as the first data's ACKs return: two round trips
+            # (0.98 ms each: the handshake's, then the data's) after the start
+            grew = t[cwnd > ns3.INITIAL_WINDOW * seg][0]
+            assert 1.96e-3 < grew < 2.1e-3
             assert t[-1] <= got.finish[f]
     for f in range(2):
         t, cut = reno.windows.cuts(f)

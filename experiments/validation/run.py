@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import hashlib
+import importlib.metadata
 import inspect
 import os
 import sys
@@ -69,9 +70,10 @@ def ns3_instances(case, variant, ack_every=2, draw=0):
 
 
 def cache_key(case, variant, ack_every=2, draw=0):
-    """What a cached ns-3 result was run from: the case's instances and the peer's source (a changed case or peer
-    runs again, never reads a stale result)."""
-    h = hashlib.sha256(inspect.getsource(ns3).encode())
+    """What a cached ns-3 result was run from: the case's instances, the peer's simulation code and the ns-3
+    release (a changed case or peer runs again, never reads a stale result; the peer's docs can change freely)."""
+    h = hashlib.sha256((inspect.getsource(ns3._simulate) + inspect.getsource(ns3._channels) + ns3._HOOK_CODE
+                        + importlib.metadata.version("ns3")).encode())
     for inst in ns3_instances(case, variant, ack_every, draw):
         for k in sorted(inst):
             h.update(k.encode())
@@ -136,7 +138,8 @@ def makespan(case, fct):
 
 def central(case, draws):
     """(per-flow median finish time, median makespan) of a case over its ns-3 draws (``draws``: the flows'
-    finish times in each): flows that a draw treats alike (equal flows over one link) count alike."""
+    finish times in each). Each flow's median is taken by its index: where equal flows trade places between
+    draws (the straggler is a different flow each time), it is kinder per flow than any one draw."""
     return np.median(np.stack(draws), axis=0), float(np.median([makespan(case, fct) for fct in draws]))
 
 

@@ -98,7 +98,8 @@ class WindowTrace:
         return self._events(f, SSTHRESH)
 
     def cuts(self, f: int) -> tuple[np.ndarray, np.ndarray]:
-        """(time s, bytes) of the thresholds flow ``f``'s losses or marks set, the first slow start's end."""
+        """(time s, bytes) of every threshold flow ``f`` set: its losses', its marks' or, under Cubic, HyStart's
+        exit (a threshold at the window, with no loss); the first ends slow start."""
         t, v = self.ssthresh(f)
         return t[v < UNSET], v[v < UNSET]
 
