@@ -72,8 +72,12 @@ def ns3_instances(case, variant, ack_every=2, draw=0):
 def cache_key(case, variant, ack_every=2, draw=0):
     """What a cached ns-3 result was run from: the case's instances, the peer's simulation code and the ns-3
     release (a changed case or peer runs again, never reads a stale result; the peer's docs can change freely)."""
+    try:
+        release = importlib.metadata.version("ns3")
+    except importlib.metadata.PackageNotFoundError:  # ns-3 from elsewhere, or none: the cache still reads
+        release = "unknown"
     h = hashlib.sha256((inspect.getsource(ns3._simulate) + inspect.getsource(ns3._channels) + ns3._HOOK_CODE
-                        + importlib.metadata.version("ns3")).encode())
+                        + release).encode())
     for inst in ns3_instances(case, variant, ack_every, draw):
         for k in sorted(inst):
             h.update(k.encode())
