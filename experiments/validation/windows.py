@@ -41,10 +41,10 @@ def rows(case, variant, result):
     ours, _ = run.fluid(case, fm.transport_profile(variant), timed=False)
     rtt = rtts(case)
     hop = case.routes >= 0
-    on = np.zeros(len(case.capacity))
-    np.add.at(on, case.routes[hop], 1)
-    cap = np.where(hop, case.capacity[np.where(hop, case.routes, 0)], np.inf)
-    share = np.min(np.where(hop, cap / np.maximum(on[np.where(hop, case.routes, 0)], 1), np.inf), axis=1)
+    link = np.where(hop, case.routes, 0)
+    on = np.bincount(case.routes[hop], minlength=len(case.capacity))
+    cap = np.where(hop, case.capacity[link], np.inf)
+    share = np.min(np.where(hop, cap / np.maximum(on[link], 1), np.inf), axis=1)
     alone, at_share = cap.min(axis=1) * rtt, share * rtt
     if case.window is not None:
         alone, at_share = np.minimum(alone, case.window), np.minimum(at_share, case.window)
@@ -52,7 +52,7 @@ def rows(case, variant, result):
     out = []
     for f in range(F):
         cut_t, cut_v = w.cuts(f)
-        state_t, state_v = w.states(f)
+        _, state_v = w.states(f)
         t, cw = w.cwnd(f)
         before = cw[t < cut_t[0]] if cut_t.size else cw
         others = first_end[first_end != result.finish[f]]
